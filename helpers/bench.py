@@ -1,0 +1,426 @@
+"""Timing through a timing library, bytes and GB/s, and the copy roofline.
+
+SELU reads every element once and writes every element once, so its speed limit
+is not arithmetic but memory traffic: the fastest it can possibly run is the time
+a device-to-device copy of the same bytes takes. Every measurement here therefore
+times ``out.copy_(x)`` on the same input, in the same run, and reports each
+variant as a percentage of that copy's throughput.
+
+>>> records = helpers.bench.measure({"torch_eager": torch.selu}, 2**24)  # doctest: +SKIP
+>>> records = helpers.bench.sweep(helpers.bench.peers(), env.sweep_sizes())  # doctest: +SKIP
+
+Timings never come from a hand-rolled ``time.time()`` loop: on a GPU that would
+time the kernel *launch*, not the kernel. On CUDA they come from
+``triton.testing.do_bench`` (CUDA events, L2 flushed between calls), and from
+``torch.utils.benchmark`` where triton is missing and on the CPU.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import gc
+import inspect
+import platform
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import env
+
+COPY = "copy"  # the variant name of the roofline measurement
+
+# How many full-size tensors each op reads and writes: the forward pass reads x and
+# writes y; the backward pass reads grad_out and x and writes grad_in.
+TENSORS_READ_WRITTEN = {"forward": (1, 1), "backward": (2, 1)}
+
+# do_bench's defaults, written out because the course's text quotes them.
+DO_BENCH_WARMUP_MS = 25
+DO_BENCH_REP_MS = 100
+
+# Seconds of measurement per variant on the CPU: CI only needs the cells to run.
+CPU_MIN_RUN_TIME_S = 0.2
+CPU_MIN_RUN_TIME_CI_S = 0.05
+
+# torch.compile with static shapes compiles once per size; dynamo's default limit
+# (8 per function) would otherwise silently fall back to eager in a long sweep.
+COMPILE_RECOMPILE_LIMIT = 64
+
+METHOD_DO_BENCH = "triton.testing.do_bench"
+METHOD_TORCH_BENCHMARK = "torch.utils.benchmark"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One function's time: the median and the 20th/80th percentiles, in ms.
+
+    ``n`` is the number of timed samples the statistics are taken over (for
+    ``torch.utils.benchmark`` each sample is a block of calls, averaged); it is
+    ``None`` where the timing library does not say.
+    """
+
+    median_ms: float
+    q20_ms: float
+    q80_ms: float
+    n: int | None
+    method: str
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def time_fn(fn: Callable[[], object], *, device: torch.device | str | None = None) -> Timing:
+    """Time ``fn()`` (no arguments) on ``device`` (default: where the course runs).
+
+    CUDA: ``triton.testing.do_bench`` with its usual 25 ms warm-up and 100 ms of
+    repetitions; ``torch.utils.benchmark`` when triton is not installed.
+    CPU: ``torch.utils.benchmark.Timer.blocked_autorange``.
+    """
+    device = torch.device(device) if device is not None else env.default_device()
+    if device.type == "cuda":
+        try:
+            import triton.testing  # noqa: F401  (only to learn whether triton is here)
+        except ImportError:
+            return _time_torch_benchmark(fn, device)
+        with torch.cuda.device(device):
+            return _time_do_bench(fn)
+    return _time_torch_benchmark(fn, device)
+
+
+@functools.lru_cache(maxsize=1)
+def _do_bench_returns_all() -> bool:
+    """Whether this triton's ``do_bench`` accepts ``return_mode="all"`` (triton 3.x).
+
+    Read from the source rather than found by trying: a failed try would be an
+    AssertionError, which a benchmarked function can raise too.
+    """
+    from triton.testing import do_bench
+
+    try:
+        source = inspect.getsource(do_bench)
+    except (OSError, TypeError):  # no source shipped: take the call every version accepts
+        return False
+    return '"all"' in source or "'all'" in source
+
+
+def _time_do_bench(fn: Callable[[], object]) -> Timing:
+    from triton.testing import do_bench
+
+    if _do_bench_returns_all():
+        # Every sample back: the statistics and the sample count are then ours.
+        times = do_bench(fn, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="all")
+        return _timing_from_samples(np.asarray(times, dtype=float), n=len(times), method=METHOD_DO_BENCH)
+    median, q20, q80 = do_bench(
+        fn,
+        warmup=DO_BENCH_WARMUP_MS,
+        rep=DO_BENCH_REP_MS,
+        quantiles=[0.5, 0.2, 0.8],
+        return_mode="median",
+    )
+    return Timing(float(median), float(q20), float(q80), None, METHOD_DO_BENCH)
+
+
+def _time_torch_benchmark(fn: Callable[[], object], device: torch.device) -> Timing:
+    from torch.utils.benchmark import Timer
+
+    # The first call may compile (torch.compile) or allocate; keep it out of the
+    # block-size estimate that blocked_autorange makes from its first runs.
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    min_run_time = CPU_MIN_RUN_TIME_CI_S if env.is_ci() else CPU_MIN_RUN_TIME_S
+    # One thread, the Timer's default, on purpose: with every core in use, a core
+    # that another process holds stalls each parallel call by a scheduler time
+    # slice (milliseconds), and on a shared or CI machine that noise swamps the op.
+    # CPU numbers stand in for the GPU's and are only compared with each other.
+    timer = Timer(stmt="fn()", globals={"fn": fn})
+    measurement = timer.blocked_autorange(min_run_time=min_run_time)
+    times_ms = np.asarray(measurement.times, dtype=float) * 1e3  # per-call time of each block
+    timing = _timing_from_samples(times_ms, n=len(times_ms), method=METHOD_TORCH_BENCHMARK)
+    # The library's own median, so that the number matches what it prints.
+    return Timing(measurement.median * 1e3, timing.q20_ms, timing.q80_ms, timing.n, timing.method)
+
+
+def _timing_from_samples(times_ms: np.ndarray, *, n: int, method: str) -> Timing:
+    # Linear interpolation between samples, as torch.quantile and do_bench do.
+    median, q20, q80 = np.quantile(times_ms, [0.5, 0.2, 0.8])
+    return Timing(float(median), float(q20), float(q80), n, method)
+
+
+# --------------------------------------------------------------------------- bytes
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``torch.float32`` or the record spelling ``"float32"`` alike."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"not a torch dtype: {dtype!r}")
+    return value
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """The spelling used in records: ``"float32"``, ``"bfloat16"``..."""
+    return str(_as_dtype(dtype)).removeprefix("torch.")
+
+
+def bytes_moved(numel: int, dtype: torch.dtype | str, reads: int = 1, writes: int = 1) -> int:
+    """Bytes an elementwise op must move: every element read ``reads`` times and
+    written ``writes`` times (1 and 1 for SELU's forward pass, and for a copy)."""
+    return int(numel) * _as_dtype(dtype).itemsize * (reads + writes)
+
+
+def gbps(nbytes: int | float, ms: float) -> float:
+    """Throughput in decimal GB/s (1 GB = 1e9 bytes, as memory bandwidths are quoted)."""
+    if ms <= 0:
+        raise ValueError(f"a time must be positive, got {ms} ms")
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def roofline_ms(
+    numel: int, dtype: torch.dtype | str, bandwidth_gbps: float, reads: int = 1, writes: int = 1
+) -> float:
+    """The fastest an op moving these bytes can run at ``bandwidth_gbps``, in ms."""
+    return bytes_moved(numel, dtype, reads, writes) / (bandwidth_gbps * 1e9) * 1e3
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def random_input(
+    numel: int,
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str | None = None,
+    seed: int | None = None,
+) -> torch.Tensor:
+    """A 1-D standard-normal tensor: both signs, so both branches of SELU run.
+
+    Drawn directly in ``dtype`` on ``device``, so a 6.4 GB input never needs a
+    float32 staging copy beside it. Not ``torch.rand``: values in [0, 1) would
+    never reach SELU's negative branch. Exact zeros (possible after rounding to a
+    16-bit type) are replaced, since a zero is the one input where a wrong
+    branch choice cannot show.
+    """
+    dtype = _as_dtype(dtype)
+    if not dtype.is_floating_point:
+        raise ValueError(f"SELU inputs are floating point, not {dtype}")
+    device = torch.device(device) if device is not None else env.default_device()
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed)
+    x = torch.randn(numel, dtype=dtype, device=device, generator=generator)
+    # In chunks: a full-size boolean mask would cost numel more bytes.
+    chunk = 1 << 24
+    tiny = torch.finfo(dtype).tiny
+    for start in range(0, numel, chunk):
+        part = x[start : start + chunk]
+        part.masked_fill_(part == 0, tiny)
+    return x
+
+
+# --------------------------------------------------------------------------- records
+
+
+@functools.lru_cache(maxsize=None)
+def device_name(device: torch.device | str | None = None) -> str:
+    """The GPU's name, or the CPU's model (``"cpu"`` when the system does not say)."""
+    device = torch.device(device) if device is not None else env.default_device()
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpuinfo = Path("/proc/cpuinfo")  # Linux; platform.processor() is often "" there
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "cpu"
+
+
+def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timing, device: torch.device) -> dict:
+    reads, writes = TENSORS_READ_WRITTEN[op]
+    nbytes = bytes_moved(numel, dtype, reads, writes)
+    return {
+        "variant": variant,
+        "op": op,
+        "dtype": dtype_name(dtype),
+        "numel": int(numel),
+        "bytes": nbytes,
+        "median_ms": timing.median_ms,
+        "q20_ms": timing.q20_ms,
+        "q80_ms": timing.q80_ms,
+        "gbps": gbps(nbytes, timing.median_ms),
+        # Percentiles of throughput: the 20th percentile of GB/s is the 80th of time.
+        "gbps_q20": gbps(nbytes, timing.q80_ms),
+        "gbps_q80": gbps(nbytes, timing.q20_ms),
+        "n": timing.n,
+        "method": timing.method,
+        "device": device_name(device),
+        "device_slug": env.device_slug(device),
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "pct_of_copy": None,
+    }
+
+
+def add_roofline_ratios(records: list[dict]) -> list[dict]:
+    """Fill each record's ``pct_of_copy``: its throughput as % of the copy's.
+
+    Matched on (device_slug, op, dtype, numel), so the copy of the same size on the
+    same machine is the yardstick. Throughputs rather than times are compared so
+    that an op moving more bytes than the copy (the backward pass) is not
+    penalised for it; for the forward pass, which moves the copy's bytes, this is
+    exactly ``copy_median_ms / variant_median_ms * 100``. Records without a
+    matching copy get ``None``. Changes the records in place and returns them.
+    """
+    copies = {
+        (r.get("device_slug"), r["op"], r["dtype"], r["numel"]): r for r in records if r["variant"] == COPY
+    }
+    for r in records:
+        copy = copies.get((r.get("device_slug"), r["op"], r["dtype"], r["numel"]))
+        if copy is None:
+            r["pct_of_copy"] = None
+            continue
+        copy_throughput = copy["bytes"] / copy["median_ms"]
+        r["pct_of_copy"] = r["bytes"] / r["median_ms"] / copy_throughput * 100
+    return records
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(
+    variants: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+    numel: int,
+    *,
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str | None = None,
+    op: str = "forward",
+    include_copy: bool = True,
+    x: torch.Tensor | None = None,
+) -> list[dict]:
+    """Time every variant on one fresh random input of ``numel`` elements.
+
+    With ``include_copy`` the copy roofline (``out.copy_(x)`` into a preallocated
+    ``out``) is timed first, on the same input, and each record's ``pct_of_copy``
+    is filled. ``x`` replaces the random input (its dtype and device then win).
+    Returns one JSON-ready record per variant (see :func:`_record`).
+    """
+    if op not in TENSORS_READ_WRITTEN:
+        raise ValueError(f"op must be one of {sorted(TENSORS_READ_WRITTEN)}, not {op!r}")
+    if include_copy and COPY in variants:
+        raise ValueError(f"{COPY!r} is the roofline's name; give that variant another one")
+    if x is None:
+        x = random_input(numel, dtype, device)
+    elif x.numel() != numel:
+        raise ValueError(f"x has {x.numel()} elements, numel says {numel}")
+    dtype, device = x.dtype, x.device
+
+    records = []
+    if include_copy:
+        out = torch.empty_like(x)
+        records.append(_record(COPY, op, dtype, numel, time_fn(lambda: out.copy_(x), device=device), device))
+        del out  # on a big GPU input this is a whole second tensor: free it before the variants
+    for name, fn in variants.items():
+        # Each call's output is dropped before the next call, so at most one lives at a time.
+        timing = time_fn(lambda fn=fn: fn(x), device=device)
+        records.append(_record(name, op, dtype, numel, timing, device))
+        _release_memory(device)
+    return add_roofline_ratios(records)
+
+
+def _release_memory(device: torch.device) -> None:
+    """Return cached blocks to the driver, so the next size's fit check sees them."""
+    gc.collect()  # a variant's closure may hold the last reference to a big tensor
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def sweep(
+    variants: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+    sizes: Iterable[int],
+    *,
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str | None = None,
+    op: str = "forward",
+    include_copy: bool = True,
+    progress: bool = True,
+) -> list[dict]:
+    """:func:`measure` at each size, with a progress bar; the records of all sizes.
+
+    On a GPU, a size whose tensors (input, output, and for the backward pass the
+    incoming gradient) do not fit in free memory is skipped with a note.
+    """
+    # The plain-text bar: it needs no widget extension and reads the same in a
+    # terminal, in JupyterLab and in a committed notebook's output.
+    from tqdm.std import tqdm
+
+    device = torch.device(device) if device is not None else env.default_device()
+    dtype = _as_dtype(dtype)
+    reads, writes = TENSORS_READ_WRITTEN[op]
+    records: list[dict] = []
+    bar = tqdm(list(sizes), desc=f"{op} {dtype_name(dtype)}", unit="size", disable=not progress, mininterval=2.0)
+    for numel in bar:
+        bar.set_postfix_str(f"{numel:,} elements")
+        _release_memory(device)
+        if device.type == "cuda" and not env.fits_on_gpu(numel, dtype, tensors=reads + writes):
+            bar.write(f"skipped {numel:,} elements: {reads + writes} tensors of them do not fit in free GPU memory")
+            continue
+        records += measure(variants, numel, dtype=dtype, device=device, op=op, include_copy=include_copy)
+    return records
+
+
+# --------------------------------------------------------------------------- peers
+
+
+def _selu(x: torch.Tensor) -> torch.Tensor:
+    # A Python function, not torch.selu itself: dynamo compiles Python frames.
+    return torch.selu(x)
+
+
+@functools.lru_cache(maxsize=1)
+def compiled_selu() -> Callable[[torch.Tensor], torch.Tensor]:
+    """``torch.compile`` of ``torch.selu``, built once per session.
+
+    Static shapes (``dynamic=False``): Inductor then specialises each size's
+    kernel (its element count, 32-bit indexing where it fits), which is the best
+    it can do and what a fixed-shape model gets. Each new size compiles once, so
+    dynamo's recompile limit is raised; otherwise past 8 sizes it would quietly
+    run eager torch.selu under the compiled name.
+    """
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    setattr(dynamo_config, name, max(getattr(dynamo_config, name), COMPILE_RECOMPILE_LIMIT))
+    return torch.compile(_selu, dynamic=False)
+
+
+def peers(
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str | None = None,
+    *,
+    include_compile: bool = True,
+) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """What a hand-written kernel competes with: eager ``torch.selu`` and its
+    ``torch.compile`` (``"torch_eager"``, ``"torch_compile"``).
+
+    The compiled one is tried once here, on a small input of ``dtype`` on
+    ``device``, and checked against eager; if compiling fails (no C++ compiler
+    for the CPU backend, say) a note is printed and that variant is left out, so
+    a notebook still runs.
+    """
+    variants: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"torch_eager": torch.selu}
+    if not include_compile:
+        return variants
+    try:
+        compiled = compiled_selu()
+        probe = random_input(4096, dtype, device, seed=0)
+        torch.testing.assert_close(compiled(probe), torch.selu(probe))
+    except Exception as error:  # any failure of the compiler stack means: leave it out
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        print(f"torch_compile left out: torch.compile failed here ({type(error).__name__}: {first_line})")
+        return variants
+    variants["torch_compile"] = compiled
+    return variants

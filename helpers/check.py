@@ -1,0 +1,699 @@
+"""Is a SELU kernel correct? A check against a float64 reference, on inputs that catch bugs.
+
+>>> report = helpers.check.check_unary(ext.selu)          # doctest: +SKIP
+>>> report                      # a table in Jupyter, one row per group of inputs
+>>> report.first_failure()      # the first bad elements: x, what came out, what was expected
+>>> report.assert_ok()          # in a test: AssertionError with the summary
+
+Why not ``torch.allclose(f(x), ref(x))`` on ``torch.rand`` inputs? Because ``torch.rand`` is
+never negative, so half of SELU is never run (:func:`naive_rand_check` shows that ``λ·x``
+passes it), and because a relative tolerance hides the bugs that matter here: an
+``exp(x) - 1`` that loses every digit near 0, flushed subnormals, a lost sign of zero,
+NaN turned into a number. :func:`check_unary` instead
+
+* draws fresh inputs for every trial from distributions aimed at each part of the
+  function (:func:`make_input`), plus hand-picked special values (:func:`special_values`)
+  and views whose data pointer is misaligned or whose shape is 2-D with odd sizes;
+* runs sizes that are not multiples of any vector width, so that tails are exercised;
+* poisons every output allocation with NaN (:func:`poisoned_outputs`), so an element
+  that the kernel never writes cannot pass by accident;
+* compares in units in the last place of the dtype (:func:`ulp_distance`) against the
+  float64 reference rounded to that dtype, and separately requires NaN exactly where the
+  reference is NaN, the same infinities, and the reference's sign wherever it is ±0.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from . import env
+
+__all__ = [
+    "SELU_ALPHA",
+    "SELU_SCALE",
+    "DEFAULT_SIZES",
+    "DEFAULT_DISTRIBUTIONS",
+    "DEFAULT_MAX_ULP",
+    "selu_reference",
+    "relu_reference",
+    "special_values",
+    "make_input",
+    "ulp_distance",
+    "poisoned_outputs",
+    "check_unary",
+    "naive_rand_check",
+    "CaseResult",
+    "CheckReport",
+    "Failure",
+]
+
+# The constants of Klambauer et al. (2017), as torch uses them (Python floats: float64).
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+# Small sizes around every power of two a kernel might vectorise or unroll by (tails of
+# 1..vector-1 elements), sizes that no block of threads divides (1000, 1023), and one
+# element past 2^12 and 2^16 (a whole extra block or grid step for one element). Small
+# enough that a default check takes a fraction of a second on a CPU.
+DEFAULT_SIZES = (1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 33, 127, 1000, 1023, 4097, 65537)
+DEFAULT_DISTRIBUTIONS = ("normal", "wide_uniform", "tiny", "huge", "large_negative")
+
+# Default tolerance, in ulps of the output dtype, against the float64 reference rounded
+# to that dtype. float32/float64: expm1 in glibc, SLEEF and CUDA is within 1-2 ulp, and
+# multiplying by the rounded coefficient λ·α adds up to one more rounding, so an honest
+# kernel is within 3 (in float64 the reference itself is only that close to the exact
+# value); 4 leaves one ulp of room and still fails every real bug, which is off by
+# thousands of ulps or more. float16/bfloat16: the course (and torch) computes in
+# float32 and rounds once, so the result is the correctly rounded value or, when the
+# exact value is within a float32 error of a tie, its neighbour: at most 1 ulp.
+DEFAULT_MAX_ULP = {torch.float32: 4, torch.float64: 4, torch.float16: 1, torch.bfloat16: 1}
+
+# How many views of each kind a check makes, and their sizes: odd, so no vector width
+# divides them.
+VIEW_OFFSETS = (1, 2, 3)
+VIEW_NUMEL = 1000
+VIEW_2D_SHAPE = (37, 29)
+# How many bad elements a failing case keeps to show.
+EXAMPLES_PER_CASE = 5
+
+_BITS_DTYPE = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+_INT64_MAX = torch.iinfo(torch.int64).max
+
+
+# ---------------------------------------------------------------------------------------
+# References
+# ---------------------------------------------------------------------------------------
+def selu_reference(x: torch.Tensor) -> torch.Tensor:
+    """SELU in float64: ``λ·x`` for ``x > 0``, ``λ·α·expm1(x)`` otherwise.
+
+    ``expm1`` rather than ``exp(x) - 1``: near 0 the subtraction cancels every digit.
+    ``x > 0`` (not ``x >= 0``) sends ``-0.0`` down the ``expm1`` branch, where
+    ``expm1(-0.0) = -0.0`` keeps the sign, as torch.selu does; NaN fails the comparison
+    and ``expm1(NaN)`` is NaN, so NaN propagates.
+    """
+    x = x.double()
+    return torch.where(x > 0, SELU_SCALE * x, (SELU_SCALE * SELU_ALPHA) * torch.expm1(x))
+
+
+def relu_reference(x: torch.Tensor) -> torch.Tensor:
+    """ReLU in float64 with torch.relu's semantics: NaN propagates, ``relu(-0.0) = -0.0``."""
+    return torch.relu(x.double())
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------
+def _subnormals(dtype: torch.dtype) -> tuple[float, float]:
+    """(smallest subnormal, smallest normal) of a floating dtype.
+
+    The smallest subnormal is ``tiny · eps``: the last of the ``1/eps`` binary digits of a
+    subnormal's significand, at the smallest normal exponent.
+    """
+    info = torch.finfo(dtype)
+    return info.tiny * info.eps, info.tiny
+
+
+def special_values(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The values where SELU kernels go wrong, as a 1-D tensor of ``dtype`` on ``device``.
+
+    ±0 (the sign must survive), ±inf, NaN; the smallest subnormal, a few larger subnormals
+    and the largest, both signs (flushed by fast-math code); ±tiny; values near 0 where
+    ``exp(x) - 1`` cancels and only ``expm1`` is right; ordinary values from ±eps to ±10;
+    the negative values where ``exp`` underflows (float32 ``exp`` leaves the normal range
+    below about -87.3 and reaches 0 below about -103.3); and ±max, where ``λ·x`` overflows
+    to inf. Every value listed fits float16 (max 65504), so none needs clamping; those too
+    small for a dtype (1e-30 in float16) round to ±0 or a subnormal, special values too.
+    """
+    info = torch.finfo(dtype)
+    smallest, tiny = _subnormals(dtype)
+    mantissa_bits = round(-np.log2(info.eps))
+    magnitudes = [
+        smallest,
+        2 * smallest,
+        tiny * 2.0 ** -(mantissa_bits // 2),
+        tiny * 2.0**-1,
+        tiny - smallest,  # the largest subnormal
+        tiny,
+        1e-30, 1e-10, 1e-7, 1e-5, 1e-3,  # expm1 territory: exp(x) - 1 loses these digits
+        info.eps, 0.25, 0.5, 1.0, 2.0, 10.0,
+        info.max / 2, info.max,
+    ]
+    values = [0.0, -0.0, float("inf"), float("-inf"), float("nan")]
+    values += [v for m in magnitudes for v in (m, -m)]
+    values += [-20.0, -88.5, -100.0, -104.0, -750.0, -1e4]  # exp underflows
+    return torch.tensor(values, dtype=torch.float64).to(device=_device(device), dtype=dtype)
+
+
+def _log_uniform(low: float, high: float, shape, generator: torch.Generator) -> torch.Tensor:
+    """Magnitudes whose base-2 logarithm is uniform on [log2 low, log2 high], in float64.
+
+    Base 2 because the ends used here (tiny, the smallest subnormal) are powers of two;
+    the clamp keeps a rounding in ``exp2`` from stepping past either end.
+    """
+    lo, hi = float(np.log2(low)), float(np.log2(high))
+    u = torch.rand(shape, generator=generator, dtype=torch.float64)
+    return torch.exp2(lo + (hi - lo) * u).clamp(low, high)
+
+
+def _random_sign(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    negative = torch.rand(x.shape, generator=generator, dtype=torch.float64) < 0.5
+    return torch.where(negative, -x, x)
+
+
+def make_input(
+    distribution: str,
+    shape,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """A random input of ``shape``, drawn on the CPU in float64 and moved to ``device``/``dtype``.
+
+    Drawing on the CPU from a seeded :class:`torch.Generator` makes an input the same
+    whatever the device, so a failure on the GPU can be replayed anywhere.
+
+    * ``"normal"``: N(0, 1), both branches of SELU in equal measure.
+    * ``"wide_uniform"``: uniform on [-100, 100]; large positives and exp near underflow.
+    * ``"tiny"``: random sign, magnitudes log-uniform on [1e-30, 1e-2] (the lower end raised
+      to the smallest normal where the dtype does not reach 1e-30), where ``exp(x) - 1``
+      cancels; one element in eight is instead a subnormal, log-uniform between the
+      smallest subnormal and the smallest normal, for code that flushes them.
+    * ``"huge"``: random sign, magnitudes log-uniform on [1, max/2] of the dtype.
+    * ``"large_negative"``: uniform on [-1e4, -80], where exp underflows to 0 (within
+      float16's range too).
+    """
+    if generator is None:
+        generator = torch.Generator().manual_seed(_time_seed())
+    info = torch.finfo(dtype)
+    if distribution == "normal":
+        x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    elif distribution == "wide_uniform":
+        x = torch.rand(shape, generator=generator, dtype=torch.float64) * 200.0 - 100.0
+    elif distribution == "tiny":
+        smallest, tiny = _subnormals(dtype)
+        normal = _log_uniform(max(1e-30, tiny), 1e-2, shape, generator)
+        subnormal = _log_uniform(smallest, tiny, shape, generator)
+        pick_subnormal = torch.rand(shape, generator=generator, dtype=torch.float64) < 1 / 8
+        x = _random_sign(torch.where(pick_subnormal, subnormal, normal), generator)
+    elif distribution == "huge":
+        x = _random_sign(_log_uniform(1.0, info.max / 2, shape, generator), generator)
+    elif distribution == "large_negative":
+        x = -1e4 + (1e4 - 80.0) * torch.rand(shape, generator=generator, dtype=torch.float64)
+    else:
+        raise ValueError(
+            f"unknown distribution {distribution!r}; choose from {', '.join(DEFAULT_DISTRIBUTIONS)}"
+        )
+    return x.to(device=_device(device), dtype=dtype)
+
+
+def _time_seed() -> int:
+    """A base seed that differs from call to call, so repeated checks see new inputs."""
+    return time.time_ns() % 10**9
+
+
+def _device(device) -> torch.device:
+    return torch.device(device) if device is not None else env.default_device()
+
+
+# ---------------------------------------------------------------------------------------
+# Units in the last place
+# ---------------------------------------------------------------------------------------
+def _ordered_bits(x: torch.Tensor) -> torch.Tensor:
+    """Bit patterns of ``x`` as int64 keys whose order is the order of the floats.
+
+    IEEE floats of one sign are ordered like their bit patterns read as integers, so a
+    non-negative float keeps its pattern, and a negative one (sign bit set) is mapped to
+    ``-(magnitude bits) - 1``. That puts -0.0 at -1, one step below +0.0 at 0: -0 and +0
+    are different floats, one ulp apart, so a lost sign of zero shows as 1 ulp and the
+    distance between ±x counts every float in between, both zeros included.
+    """
+    bits_dtype = _BITS_DTYPE.get(x.dtype)
+    if bits_dtype is None:
+        raise TypeError(f"ulp_distance: expected float16, bfloat16, float32 or float64, got {x.dtype}")
+    bits = x.view(bits_dtype).to(torch.int64)
+    magnitude_mask = torch.iinfo(bits_dtype).max  # every bit but the sign
+    return torch.where(bits >= 0, bits, -(bits & magnitude_mask) - 1)
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """How many floats of ``a``'s dtype lie between ``a`` and ``b``, as int64 (elementwise).
+
+    ``b`` is first rounded to ``a``'s dtype, so with ``b`` the float64 reference, 0 means
+    ``a`` is the correctly rounded result. -0.0 and +0.0 count as one ulp apart (see
+    :func:`_ordered_bits`); a distance too large for int64 (only float64 values of
+    opposite signs near ±max) saturates at 2^63 - 1. NaN and ±inf get meaningless
+    distances (inf is "one past max"): callers compare those positions separately.
+    """
+    ka = _ordered_bits(a)
+    kb = _ordered_bits(b.to(a.dtype))
+    diff = ka - kb
+    # int64 subtraction wraps only when the keys have opposite signs; it has wrapped when
+    # the result's sign differs from the true difference's, which is the sign of ka.
+    wrapped = ((ka >= 0) != (kb >= 0)) & ((diff >= 0) != (ka >= 0))
+    return torch.where(wrapped, torch.full_like(diff, _INT64_MAX), diff.abs())
+
+
+# ---------------------------------------------------------------------------------------
+# Poisoned outputs
+# ---------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def poisoned_outputs() -> Iterator[None]:
+    """Within this block, every newly allocated floating tensor starts full of NaN.
+
+    torch fills uninitialised memory (``torch.empty``, ``empty_like``, the outputs of its
+    own ops, and ``at::empty`` inside C++/CUDA extensions, which goes through the same
+    allocator functions) when deterministic algorithms are on and
+    ``torch.utils.deterministic.fill_uninitialized_memory`` is set: NaN for floating
+    dtypes, the largest value for integers. An element that a kernel never writes is
+    then NaN, where the reference is not, and the check fails, instead of passing on
+    whatever a previous correct run left in the recycled memory. ``warn_only=True``: an
+    op with no deterministic implementation warns instead of raising. The previous
+    settings are restored on exit.
+    """
+    was_enabled = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    was_filling = torch.utils.deterministic.fill_uninitialized_memory
+    _set_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        _set_deterministic_algorithms(was_enabled, warn_only=was_warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = was_filling
+
+
+def _set_deterministic_algorithms(mode: bool, warn_only: bool) -> None:
+    """The switch that ``torch.use_deterministic_algorithms`` sets, without its extra step.
+
+    The public function also imports ``torch._inductor.config`` to set inductor's flag,
+    which costs 1 to 4 seconds the first time and changes how ``torch.compile`` generates
+    code; filling new memory needs only the switch in torch's C++ context. The public
+    function stands in if a later torch renames that switch.
+    """
+    switch = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if switch is None:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        switch(mode, warn_only=warn_only)
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+def _format_value(value: float, dtype: torch.dtype) -> str:
+    """The shortest decimal that reads back as the same value of ``dtype``."""
+    if dtype == torch.float64:
+        return repr(value)
+    if dtype == torch.float16:
+        return str(np.float16(value))
+    return str(np.float32(value))  # float32, and bfloat16 (whose values are all float32s)
+
+
+@dataclass
+class CaseResult:
+    """One input (a distribution at one size in one trial, the special values, or a view).
+
+    Error columns are over elements where output and expected value are both finite:
+    ``max_abs`` and ``max_rel`` against the float64 reference, to give the scale
+    (``max_rel`` only where the reference is a normal number of the dtype: a correctly
+    rounded subnormal can be 50% off), and ``max_ulp`` against the reference rounded to
+    the dtype, which is what passes or fails. ``None`` where the output could not be
+    compared at all.
+    """
+
+    name: str
+    group: str
+    shape: tuple[int, ...]
+    passed: bool
+    max_abs: float | None = None
+    max_rel: float | None = None
+    max_ulp: int | None = None
+    nan_match: bool = True
+    inf_match: bool = True
+    zero_sign: bool = True
+    mismatches: int = 0
+    problem: str = ""
+    # Up to EXAMPLES_PER_CASE bad elements (CPU tensors of the dtype): x, got, expected.
+    examples: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+
+
+@dataclass
+class Failure:
+    """The first bad elements of the first failing case, to look at.
+
+    Unpacks as ``x, got, expected`` (CPU tensors of the checked dtype; ``expected`` is the
+    float64 reference rounded to it); empty when the case failed as a whole (an exception,
+    a wrong shape).
+    """
+
+    case: str
+    problem: str
+    x: torch.Tensor
+    got: torch.Tensor
+    expected: torch.Tensor
+
+    def __iter__(self):
+        return iter((self.x, self.got, self.expected))
+
+    def lines(self, limit: int = EXAMPLES_PER_CASE) -> list[str]:
+        """The case and its problem, then one line per bad element (at most ``limit``)."""
+        dtype = self.x.dtype
+        rows = [f"{self.case}: {self.problem}"]
+        for x, got, expected, ulp in zip(
+            self.x.tolist(), self.got.tolist(), self.expected.tolist(), _ulps_or_none(self.got, self.expected)
+        ):
+            far = f"  ({ulp:,} ulp)" if ulp is not None else ""
+            rows.append(
+                f"  x = {_format_value(x, dtype)}  ->  got {_format_value(got, dtype)}, "
+                f"expected {_format_value(expected, dtype)}{far}"
+            )
+            if len(rows) > limit:
+                break
+        return rows
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _ulps_or_none(got: torch.Tensor, expected: torch.Tensor) -> list[int | None]:
+    """ulp distances where both are finite (None elsewhere), for display."""
+    finite = torch.isfinite(got) & torch.isfinite(expected)
+    return [u if ok else None for u, ok in zip(ulp_distance(got, expected).tolist(), finite.tolist())]
+
+
+@dataclass
+class Worst:
+    """The worst of every case: what a summary line shows."""
+
+    max_abs: float | None
+    max_rel: float | None
+    max_ulp: int | None
+    nan_match: bool
+    inf_match: bool
+    zero_sign: bool
+    failing: list[str]
+
+
+def _max_or_none(values):
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def _fmt(value, spec: str = ".2g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _ok(flag: bool) -> str:
+    return "ok" if flag else "WRONG"
+
+
+@dataclass
+class CheckReport:
+    """Every case of one :func:`check_unary` call; prints as a summary, shows as a table."""
+
+    name: str
+    dtype: torch.dtype
+    device: torch.device
+    seed: int
+    max_ulp: int
+    cases: list[CaseResult]
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(case.passed for case in self.cases)
+
+    @property
+    def worst(self) -> Worst:
+        return Worst(
+            max_abs=_max_or_none(c.max_abs for c in self.cases),
+            max_rel=_max_or_none(c.max_rel for c in self.cases),
+            max_ulp=_max_or_none(c.max_ulp for c in self.cases),
+            nan_match=all(c.nan_match for c in self.cases),
+            inf_match=all(c.inf_match for c in self.cases),
+            zero_sign=all(c.zero_sign for c in self.cases),
+            failing=[c.name for c in self.cases if not c.passed],
+        )
+
+    def failing_cases(self) -> list[CaseResult]:
+        return [c for c in self.cases if not c.passed]
+
+    def first_failure(self) -> Failure | None:
+        """The first failing case's bad elements (see :class:`Failure`); None if all passed."""
+        for case in self.cases:
+            if not case.passed:
+                if case.examples is not None:
+                    x, got, expected = case.examples
+                else:
+                    x = got = expected = torch.empty(0, dtype=self.dtype)
+                return Failure(case.name, case.problem, x, got, expected)
+        return None
+
+    def assert_ok(self) -> "CheckReport":
+        """Raise AssertionError with the summary unless every case passed; return self."""
+        if not self.passed:
+            raise AssertionError("\n" + str(self))
+        return self
+
+    # -- display --------------------------------------------------------------------
+    def _headline(self) -> str:
+        failing = len(self.failing_cases())
+        verdict = f"FAILED {failing} of {len(self.cases)} cases" if failing else f"passed {len(self.cases)} cases"
+        return (
+            f"{self.name}: {verdict}  ({str(self.dtype).replace('torch.', '')} on {self.device}, "
+            f"seed {self.seed}, tolerance {self.max_ulp} ulp, {self.seconds:.2f} s)"
+        )
+
+    def _worst_line(self) -> str:
+        w = self.worst
+        return (
+            f"worst: abs err {_fmt(w.max_abs)}, rel err {_fmt(w.max_rel)}, {_fmt(w.max_ulp, ',')} ulp; "
+            f"NaN pattern {_ok(w.nan_match)}, ±inf {_ok(w.inf_match)}, sign of zero {_ok(w.zero_sign)}"
+        )
+
+    def _groups(self) -> dict[str, list[CaseResult]]:
+        groups: dict[str, list[CaseResult]] = {}
+        for case in self.cases:
+            groups.setdefault(case.group, []).append(case)
+        return groups
+
+    def __str__(self) -> str:
+        lines = [self._headline(), "  " + self._worst_line()]
+        failing_groups = []
+        for group, cases in self._groups().items():
+            bad = [c for c in cases if not c.passed]
+            if bad:
+                worst_ulp = _max_or_none(c.max_ulp for c in bad)
+                far = f" ({worst_ulp:.2g} ulp)" if worst_ulp is not None and worst_ulp > self.max_ulp else ""
+                failing_groups.append(f"{group} {len(bad)}/{len(cases)}{far}")
+        if failing_groups:
+            lines.append("  failing: " + ", ".join(failing_groups))
+        failure = self.first_failure()
+        if failure is not None:
+            first, *elements = failure.lines(limit=3)
+            lines += ["  first failing case, " + first] + ["  " + line for line in elements]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_markdown_(self) -> str:
+        rows = [
+            "| inputs | cases | failed | max abs err | max rel err | max ulp | NaN | ±inf | sign of 0 | bad elements | first problem |",
+            "|---|---:|---:|---:|---:|---:|:-:|:-:|:-:|---:|---|",
+        ]
+        for group, cases in self._groups().items():
+            bad = [c for c in cases if not c.passed]
+            rows.append(
+                f"| {group} | {len(cases)} | {len(bad)} "
+                f"| {_fmt(_max_or_none(c.max_abs for c in cases))} "
+                f"| {_fmt(_max_or_none(c.max_rel for c in cases))} "
+                f"| {_fmt(_max_or_none(c.max_ulp for c in cases), ',')} "
+                f"| {_ok(all(c.nan_match for c in cases))} | {_ok(all(c.inf_match for c in cases))} "
+                f"| {_ok(all(c.zero_sign for c in cases))} | {sum(c.mismatches for c in cases):,} "
+                f"| {(bad[0].name + ': ' + bad[0].problem).replace('|', '/') if bad else ''} |"
+            )
+        text = f"**{self._headline()}**\n\n" + "\n".join(rows)
+        failure = self.first_failure()
+        if failure is not None:
+            text += "\n\nFirst bad elements:\n\n```\n" + repr(failure) + "\n```"
+        return text
+
+
+# ---------------------------------------------------------------------------------------
+# The check
+# ---------------------------------------------------------------------------------------
+def _compare(name, group, x, y, reference_out, dtype, max_ulp) -> CaseResult:
+    """Element-by-element comparison of ``y`` with the float64 ``reference_out``."""
+    expected = reference_out.to(dtype)
+    got_nan, expected_nan = torch.isnan(y), torch.isnan(expected)
+    finite = torch.isfinite(y) & torch.isfinite(expected)
+    nan_bad = got_nan != expected_nan
+    unwritten_like = got_nan & ~expected_nan  # what a poisoned, never-written element looks like
+    inf_bad = (torch.isinf(y) | torch.isinf(expected)) & ~(got_nan | expected_nan) & (y != expected)
+    zero_bad = (expected == 0) & ~got_nan & (torch.signbit(y) != torch.signbit(expected))
+    ulp = torch.where(finite, ulp_distance(y, expected), 0)
+    ulp_bad = ulp > max_ulp
+    bad = nan_bad | inf_bad | zero_bad | ulp_bad
+
+    abs_err = torch.where(finite, (y.double() - reference_out).abs(), 0.0)
+    # Relative error only where the reference is a normal number of the dtype: below that
+    # the spacing of floats is fixed, so even a correctly rounded subnormal is off by up
+    # to 50% relative, which would hide the figure that says how many digits are right.
+    normal = finite & (reference_out.abs() >= torch.finfo(dtype).tiny)
+    rel_err = torch.where(normal, abs_err / reference_out.abs(), 0.0)
+    # One transfer for every number the case needs (one synchronisation on a GPU).
+    stats = torch.stack([
+        abs_err.max(), rel_err.max(), ulp.max().double(),
+        nan_bad.sum(), unwritten_like.sum(), inf_bad.sum(), zero_bad.sum(), ulp_bad.sum(), bad.sum(),
+    ]).tolist()
+    max_abs, max_rel, worst_ulp = stats[0], stats[1], int(stats[2])
+    n_nan, n_unwritten, n_inf, n_zero, n_ulp, n_bad = (int(v) for v in stats[3:])
+
+    problems = []
+    if n_unwritten:
+        problems.append(f"{n_unwritten} NaN where a number was expected (unwritten? outputs start as NaN)")
+    if n_nan - n_unwritten:
+        problems.append(f"{n_nan - n_unwritten} numbers where NaN was expected")
+    if n_inf:
+        problems.append(f"{n_inf} wrong ±inf")
+    if n_zero:
+        problems.append(f"{n_zero} wrong sign of zero")
+    if n_ulp:
+        problems.append(f"{n_ulp} beyond {max_ulp} ulp (max {worst_ulp:,})")
+    examples = None
+    if n_bad:
+        where = bad.reshape(-1).nonzero().squeeze(1)[:EXAMPLES_PER_CASE]
+        examples = tuple(t.reshape(-1)[where].cpu() for t in (x, y, expected))
+    return CaseResult(
+        name=name, group=group, shape=tuple(x.shape), passed=n_bad == 0,
+        max_abs=max_abs, max_rel=max_rel, max_ulp=worst_ulp,
+        nan_match=n_nan == 0, inf_match=n_inf == 0, zero_sign=n_zero == 0, mismatches=n_bad,
+        problem=f"{n_bad:,} of {x.numel():,} elements wrong: " + "; ".join(problems) if n_bad else "",
+        examples=examples,
+    )
+
+
+def _run_case(fn, reference, name, group, x, dtype, max_ulp) -> CaseResult:
+    """Run ``fn`` on ``x`` with poisoned outputs and compare; never raises for fn's errors."""
+    def failed(problem: str) -> CaseResult:
+        return CaseResult(name=name, group=group, shape=tuple(x.shape), passed=False, problem=problem)
+
+    x_before = x.clone()
+    reference_out = reference(x.double())
+    try:
+        with poisoned_outputs():
+            y = fn(x)
+        if x.is_cuda:
+            # Kernel errors are reported at the next synchronisation: make it this case's.
+            torch.cuda.synchronize(x.device)
+    except Exception as error:  # a learner's kernel may raise anything; report it as a failed case
+        message = str(error).strip().splitlines()
+        return failed(f"raised {type(error).__name__}: {message[0] if message else ''}")
+
+    if not isinstance(y, torch.Tensor):
+        return failed(f"returned {type(y).__name__}, not a tensor")
+    wrong = [
+        f"{what} {got}, expected {want}"
+        for what, got, want in (("shape", tuple(y.shape), tuple(x.shape)),
+                                ("dtype", y.dtype, x.dtype), ("device", y.device, x.device))
+        if got != want
+    ]
+    if wrong:
+        return failed("returned " + "; ".join(wrong))
+    bits = _BITS_DTYPE[dtype]
+    if not torch.equal(x.view(bits), x_before.view(bits)):  # bitwise, so NaN inputs compare equal
+        return failed("modified its input")
+    return _compare(name, group, x, y, reference_out, dtype, max_ulp)
+
+
+def check_unary(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    reference: Callable[[torch.Tensor], torch.Tensor] = selu_reference,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    trials: int = 3,
+    seed: int | None = None,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    distributions: Sequence[str] = DEFAULT_DISTRIBUTIONS,
+    include_special: bool = True,
+    include_views: bool = True,
+    max_ulp: int | None = None,
+    name: str | None = None,
+) -> CheckReport:
+    """Check an elementwise ``fn`` against a float64 ``reference`` on inputs that catch bugs.
+
+    For every trial, size and distribution a fresh input ``x`` (seed ``seed + trial``;
+    ``seed`` from the clock unless given, and printed in the report so a failure can be
+    replayed), ``y = fn(x)`` with every allocation poisoned with NaN, and ``y`` must have
+    ``x``'s shape, dtype and device, leave ``x`` unchanged, and match
+    ``reference(x.double())`` rounded to ``dtype``: NaN exactly where it is NaN, the same
+    infinities, the same sign where it is ±0, and within ``max_ulp`` ulps elsewhere
+    (default :data:`DEFAULT_MAX_ULP`). Once per check, :func:`special_values`; once per
+    trial, views of a fresh input (special values followed by normal draws): at element
+    offsets 1, 2, 3, whose data pointers are not aligned to a vector, and a 2-D odd shape.
+    An ``fn`` that raises is a failed case with the exception's message.
+    """
+    device = _device(device)
+    if dtype not in DEFAULT_MAX_ULP:
+        raise TypeError(f"check_unary: dtype must be one of {', '.join(map(str, DEFAULT_MAX_ULP))}, got {dtype}")
+    if any(n < 1 for n in sizes):
+        raise ValueError(f"check_unary: sizes must be positive, got {list(sizes)}")
+    max_ulp = DEFAULT_MAX_ULP[dtype] if max_ulp is None else max_ulp
+    seed = _time_seed() if seed is None else seed
+    name = name or getattr(fn, "__name__", None) or type(fn).__name__
+    start = time.perf_counter()
+
+    cases = []
+
+    def run(case_name: str, group: str, x: torch.Tensor) -> None:
+        cases.append(_run_case(fn, reference, case_name, group, x, dtype, max_ulp))
+
+    if include_special:
+        run("special values", "special", special_values(dtype, device))
+    for trial in range(trials):
+        generator = torch.Generator().manual_seed(seed + trial)
+        for distribution in distributions:
+            for n in sizes:
+                run(f"{distribution} n={n} trial {trial}", distribution,
+                    make_input(distribution, (n,), dtype, device, generator))
+        if include_views:
+            specials = special_values(dtype, device)
+            rows, cols = VIEW_2D_SHAPE
+            fill = max(VIEW_NUMEL + max(VIEW_OFFSETS), rows * cols + 1) - specials.numel()
+            base = torch.cat([specials, make_input("normal", (fill,), dtype, device, generator)])
+            for k in VIEW_OFFSETS:
+                run(f"view at offset {k} (n={VIEW_NUMEL}) trial {trial}", "views", base[k:k + VIEW_NUMEL])
+            run(f"2-D view {VIEW_2D_SHAPE} at offset 1 trial {trial}", "views",
+                base[1:1 + rows * cols].view(rows, cols))
+
+    return CheckReport(name=name, dtype=dtype, device=device, seed=seed, max_ulp=max_ulp,
+                       cases=cases, seconds=time.perf_counter() - start)
+
+
+def naive_rand_check(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    reference: Callable[[torch.Tensor], torch.Tensor] = selu_reference,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    numel: int = 4096,
+) -> bool:
+    """What a naive test does: ``torch.allclose`` on ``torch.rand`` inputs.
+
+    ``torch.rand`` draws from [0, 1): never negative, so SELU's ``expm1`` branch never runs,
+    and ``λ·x`` passes. Shown next to :func:`check_unary`, which fails it.
+    """
+    x = torch.rand(numel, dtype=dtype, device=_device(device))
+    return torch.allclose(fn(x), reference(x.double()).to(dtype))

@@ -1,0 +1,174 @@
+"""The course's two figures, drawn from benchmark records.
+
+* :func:`throughput`: GB/s versus size, one line per variant, the copy roofline dashed;
+* :func:`roofline_bars`: each variant as a % of the copy's throughput at one size.
+
+Both return the matplotlib Figure (a notebook shows it as the cell's value) and,
+with ``save_as``, write it as a PNG plus the plotted numbers as JSON beside it,
+so a figure's claim can be checked without reading pixels. Figures are made
+through pyplot and closed before they are returned: Jupyter then shows each
+once (as the returned value), and a script or a test run never opens a window.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatterSciNotation
+
+from . import results
+from .bench import COPY, dtype_name
+
+DPI = 110  # with the sizes below: PNGs of a few tens of kB, notebooks stay small
+THROUGHPUT_SIZE = (7.0, 4.2)
+BAND_ALPHA = 0.2
+
+
+def _select(records: list[dict], *, dtype, op, numel=None) -> list[dict]:
+    wanted = dtype_name(dtype)
+    chosen = [
+        r
+        for r in records
+        if r["op"] == op and r["dtype"] == wanted and (numel is None or r["numel"] == numel)
+    ]
+    if not chosen:
+        have = sorted({(r["op"], r["dtype"], r["numel"]) for r in records})
+        raise ValueError(f"no records for op={op!r}, dtype={wanted!r}, numel={numel}; the records have {have}")
+    slugs = {r.get("device_slug") for r in chosen}
+    if len(slugs) > 1:
+        # Lines of two machines under one variant name would be joined into nonsense.
+        raise ValueError(f"records from several devices {sorted(map(str, slugs))}: plot one device at a time")
+    return chosen
+
+
+def _titles(fig: Figure, ax, title: str, label: str | None) -> None:
+    if label:
+        fig.suptitle(title)
+        ax.set_title(label, fontsize=9, color="dimgray")
+    else:
+        ax.set_title(title)
+
+
+def _save(fig: Figure, data: dict, save_as: str | Path | None, records: list[dict]) -> None:
+    """PNG and JSON with the same stem; a bare name goes to the records' figures folder."""
+    if save_as is None:
+        return
+    if isinstance(save_as, Path):
+        png = save_as if save_as.suffix else save_as.with_suffix(".png")
+    else:
+        # The figure shows one device's numbers (see _select): file it with them.
+        png = results.figure_path(save_as, slug=records[0].get("device_slug"))
+    png.parent.mkdir(parents=True, exist_ok=True)
+    # No "Software" stamp (matplotlib's version): a re-render then differs only where pixels do.
+    fig.savefig(png, dpi=DPI, metadata={"Software": None})
+    png.with_suffix(".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def throughput(
+    records: list[dict],
+    *,
+    title: str,
+    dtype="float32",
+    op: str = "forward",
+    variants: list[str] | None = None,
+    save_as: str | Path | None = None,
+    label: str | None = None,
+) -> Figure:
+    """GB/s versus number of elements (log2 axis), one line per variant.
+
+    Each line is the median with its 20th-80th percentile band; the ``copy``
+    variant, the roofline, is the dashed black line. ``variants`` picks and orders
+    the lines (default: all, in the records' order). ``label`` is a subtitle,
+    e.g. :func:`helpers.results.reference_label` for committed reference records.
+    """
+    chosen = _select(records, dtype=dtype, op=op)
+    names = variants if variants is not None else list(dict.fromkeys(r["variant"] for r in chosen))
+    missing = [n for n in names if not any(r["variant"] == n for r in chosen)]
+    if missing:
+        raise ValueError(f"no records of {missing}; the records have {sorted({r['variant'] for r in chosen})}")
+
+    fig, ax = plt.subplots(figsize=THROUGHPUT_SIZE, layout="constrained")
+    series = {}
+    for name in names:
+        rows = sorted((r for r in chosen if r["variant"] == name), key=lambda r: r["numel"])
+        x = [r["numel"] for r in rows]
+        y, low, high = ([r[k] for r in rows] for k in ("gbps", "gbps_q20", "gbps_q80"))
+        if name == COPY:
+            ax.plot(x, y, linestyle="--", color="black", linewidth=1.5, label="copy (roofline)", zorder=3)
+        else:
+            (line,) = ax.plot(x, y, marker="o", markersize=3, linewidth=1.5, label=name)
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
+        series[name] = {"numel": x, "gbps": y, "gbps_q20": low, "gbps_q80": high}
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=2))
+    ax.set_xlabel("elements")
+    ax.set_ylabel("GB/s (bytes read + written, 1 GB = 1e9 B)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    _titles(fig, ax, title, label)
+
+    data = {
+        "figure": "throughput",
+        "title": title,
+        "label": label,
+        "op": op,
+        "dtype": dtype_name(dtype),
+        "device": chosen[0].get("device"),
+        "variants": names,  # the legend's order (the keys of "series" are stored sorted)
+        "series": series,
+    }
+    _save(fig, data, save_as, chosen)
+    plt.close(fig)  # shown once, as the returned value, and never left open in pyplot
+    return fig
+
+
+def roofline_bars(
+    records: list[dict],
+    *,
+    numel: int,
+    dtype="float32",
+    op: str = "forward",
+    title: str,
+    save_as: str | Path | None = None,
+    label: str | None = None,
+) -> Figure:
+    """Each variant's throughput as a % of the copy's at ``numel`` elements,
+    as horizontal bars (fastest on top) against a line at 100%."""
+    chosen = results.with_roofline_ratios(_select(records, dtype=dtype, op=op, numel=numel))
+    copy = next((r for r in chosen if r["variant"] == COPY), None)
+    bars = [r for r in chosen if r["variant"] != COPY]
+    if copy is None or not bars or any(r["pct_of_copy"] is None for r in bars):
+        raise ValueError(f"need a {COPY!r} record and at least one variant measured with it at numel={numel}")
+    bars.sort(key=lambda r: r["pct_of_copy"])  # barh draws upwards: the fastest ends on top
+
+    fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.45 * len(bars)), layout="constrained")
+    pct = [r["pct_of_copy"] for r in bars]
+    drawn = ax.barh([r["variant"] for r in bars], pct, color="tab:blue", alpha=0.8)
+    ax.bar_label(drawn, labels=[f"{p:.0f}%" for p in pct], padding=3, fontsize=8)
+    ax.axvline(100, color="black", linestyle="--", linewidth=1.5, label=f"copy = 100% ({copy['gbps']:.0f} GB/s)")
+    ax.set_xlim(0, max(115, max(pct) * 1.15))  # room for the labels past the longest bar
+    ax.set_xlabel(f"% of copy throughput, {numel:,} {dtype_name(dtype)} elements")
+    ax.legend(fontsize=8, loc="lower right")
+    _titles(fig, ax, title, label)
+
+    data = {
+        "figure": "roofline_bars",
+        "title": title,
+        "label": label,
+        "op": op,
+        "dtype": dtype_name(dtype),
+        "numel": numel,
+        "device": copy.get("device"),
+        "copy_gbps": copy["gbps"],
+        "bars": [
+            {"variant": r["variant"], "pct_of_copy": r["pct_of_copy"], "gbps": r["gbps"], "median_ms": r["median_ms"]}
+            for r in bars
+        ],
+    }
+    _save(fig, data, save_as, chosen)
+    plt.close(fig)
+    return fig

@@ -1,0 +1,76 @@
+"""Execute every notebook headless, into a separate folder.
+
+    python -m helpers.reproduce                # all notebooks
+    python -m helpers.reproduce 01 03          # the notebooks whose names start so
+
+Executed copies go to ``reproduced/<device>/notebooks/`` and the records and
+figures they write to ``reproduced/<device>/results/``; the notebooks in
+``notebooks/`` are never written to.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from . import env
+
+
+def output_root(slug: str | None = None) -> Path:
+    return env.REPO_ROOT / "reproduced" / (slug or env.device_slug())
+
+
+def notebooks(prefixes: list[str] | None = None) -> list[Path]:
+    found = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if prefixes:
+        found = [nb for nb in found if any(nb.name.startswith(p) for p in prefixes)]
+    return found
+
+
+def execute(notebook: Path, destination: Path, timeout_s: int = 3600) -> float:
+    """Run ``notebook`` top to bottom in a fresh python3 kernel; save the executed copy."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    started = time.perf_counter()
+    client = NotebookClient(
+        nb,
+        timeout=timeout_s,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(notebook.parent)}},
+    )
+    try:
+        client.execute()
+    finally:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, destination)
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("prefixes", nargs="*", help="run only notebooks whose names start with these")
+    parser.add_argument("--output", type=Path, default=None, help="folder for executed copies and results")
+    args = parser.parse_args(argv)
+
+    root = (args.output or output_root()).resolve()
+    # The kernels started by nbclient inherit this: notebooks write records there.
+    os.environ["HELPERS_RESULTS_DIR"] = str(root / "results")
+    failures = 0
+    for notebook in notebooks(args.prefixes):
+        target = root / "notebooks" / notebook.name
+        print(f"{notebook.name} ...", flush=True)
+        try:
+            seconds = execute(notebook, target)
+            print(f"{notebook.name}: ok in {seconds:.0f} s -> {os.path.relpath(target, env.REPO_ROOT)}", flush=True)
+        except Exception as error:  # keep going: one broken notebook should not hide the others
+            failures += 1
+            print(f"{notebook.name}: FAILED: {str(error)[-2000:]}", file=sys.stderr, flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+// The scalar math of the course, written once and compiled twice: by nvcc for
+// the CUDA kernels and by the host compiler for the CPU implementation.
+//
+// No torch headers here, so nvcc can compile this file on its own and the
+// tests can look at the PTX it produces.
+#pragma once
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define SELU_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define SELU_HOST_DEVICE inline
+#endif
+
+namespace selu_course {
+
+// PyTorch's constants (aten/src/ATen/native/Activation.cpp), from the
+// self-normalizing networks paper (Klambauer et al., 2017).
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kSeluScale = 1.0507009873554804934193349852946;
+
+// expm1 with the precision of its argument. expm1(x) is exact to an ulp even
+// where exp(x) - 1 cancels catastrophically (|x| << 1).
+SELU_HOST_DEVICE float expm1_of(float x) { return expm1f(x); }
+SELU_HOST_DEVICE double expm1_of(double x) { return expm1(x); }
+
+// SELU in the "math" type T (float for fp32/fp16/bf16, double for fp64).
+// The coefficients are rounded to T first and multiplied in T, as torch does
+// (negcoef = alpha * scale in opmath_t), so results match torch eager bit for
+// bit wherever expm1 agrees.
+// The comparison is x > 0, so NaN and -0.0 take the exp branch:
+// expm1(NaN) = NaN, and expm1(-0.0) * c = -0.0 keeps the sign of zero.
+template <typename T>
+SELU_HOST_DEVICE T selu(T x) {
+  const T scale = static_cast<T>(kSeluScale);
+  const T negative_coef = static_cast<T>(kSeluAlpha) * scale;
+  return x > T(0) ? x * scale : expm1_of(x) * negative_coef;
+}
+
+// d selu / dx, for the backward kernels of later notebooks.
+template <typename T>
+SELU_HOST_DEVICE T selu_derivative(T x) {
+  const T scale = static_cast<T>(kSeluScale);
+  const T negative_coef = static_cast<T>(kSeluAlpha) * scale;
+  return x > T(0) ? scale : (expm1_of(x) + T(1)) * negative_coef;
+}
+
+// ReLU that propagates NaN like torch.relu: NaN < 0 is false, so NaN passes through.
+template <typename T>
+SELU_HOST_DEVICE T relu(T x) {
+  return x < T(0) ? T(0) : x;
+}
+
+// ---------------------------------------------------------------------------
+// First-draft mistakes, kept so that notebook 02 can run them and the harness
+// can catch them. Never call these from a real kernel.
+// ---------------------------------------------------------------------------
+
+// Forgets the "- 1": off by lambda*alpha = 1.758 for every negative input.
+SELU_HOST_DEVICE float selu_missing_minus_one(float x) {
+  const float scale = static_cast<float>(kSeluScale);
+  return x > 0.f ? x * scale : expf(x) * (static_cast<float>(kSeluAlpha) * scale);
+}
+
+// exp(x) - 1 instead of expm1(x): right for large |x|, but near 0 exp(x) rounds
+// to 1 +- an ulp and the subtraction keeps only that rounding error.
+SELU_HOST_DEVICE float selu_expf_minus_one(float x) {
+  const float scale = static_cast<float>(kSeluScale);
+  return x > 0.f ? x * scale : (expf(x) - 1.f) * (static_cast<float>(kSeluAlpha) * scale);
+}
+
+// Element functors, so that one kernel template serves every variant.
+struct SeluOp {
+  template <typename T>
+  SELU_HOST_DEVICE T operator()(T x) const { return selu(x); }
+};
+struct ReluOp {
+  template <typename T>
+  SELU_HOST_DEVICE T operator()(T x) const { return relu(x); }
+};
+struct SeluMissingMinusOneOp {
+  SELU_HOST_DEVICE float operator()(float x) const { return selu_missing_minus_one(x); }
+};
+struct SeluExpfMinusOneOp {
+  SELU_HOST_DEVICE float operator()(float x) const { return selu_expf_minus_one(x); }
+};
+
+}  // namespace selu_course

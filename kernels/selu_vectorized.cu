@@ -1,0 +1,270 @@
+// SELU at the memory roofline: 16-byte vector loads and stores, every
+// floating dtype.
+//
+// SELU does a few flops per element and moves 2 x sizeof(T) bytes, so its speed
+// is the speed at which memory is read and written. What this kernel changes
+// against the naive one, each to keep more bytes in flight per instruction:
+//   * 16-byte accesses: one load instruction moves 4 floats (8 halves, 2
+//     doubles) instead of one, a quarter (an eighth) of the instructions;
+//   * VECTORS_PER_THREAD independent loads issued before any math, so that each
+//     thread has several requests outstanding instead of waiting on each one;
+//   * read-only loads (ld.global.nc) through __ldg;
+//   * 64-bit indexing, and a grid that can be capped and loop over tiles.
+#include "selu_ops.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+
+// The c10 headers, not <ATen/cuda/CUDAContext.h>: they are all this file uses,
+// and they compile without the cuBLAS and cuSPARSE headers that CUDAContext.h
+// pulls in, so that helpers.nvcc can compile this file to PTX on a machine with
+// only the CUDA compiler installed.
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "selu_checks.h"
+#include "selu_math.cuh"
+
+namespace selu_course {
+namespace {
+
+constexpr int kVectorBytes = 16;            // the widest load a thread can issue
+constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
+
+// The built-in type that moves 16 bytes of T in one instruction: CUDA has
+// 16-byte __ldg overloads for these. Half types travel as four 32-bit words.
+template <typename T> struct VectorOf;
+template <> struct VectorOf<float> { using type = float4; };
+template <> struct VectorOf<double> { using type = double2; };
+template <> struct VectorOf<at::Half> { using type = uint4; };
+template <> struct VectorOf<at::BFloat16> { using type = uint4; };
+
+template <typename T>
+constexpr int kElementsPerVector = kVectorBytes / sizeof(T);  // 4 fp32, 2 fp64, 8 fp16/bf16
+
+// One 16-byte vector seen two ways: as `vector` by the load and the store, as
+// `elements` by the math. Indexed only with compile-time constants (unrolled
+// loops), the union lives in registers.
+template <typename T>
+union Pack {
+  typename VectorOf<T>::type vector;
+  T elements[kElementsPerVector<T>];
+};
+
+// selu of one element, computed in at::opmath_type<T>: float for fp16/bf16 (one
+// rounding, on the way out, as torch does), T itself for fp32/fp64.
+template <typename T>
+__device__ __forceinline__ T selu_element(T value) {
+  using opmath_t = at::opmath_type<T>;
+  return static_cast<T>(selu(static_cast<opmath_t>(value)));
+}
+
+// The roofline kernel. x and y must be 16-byte aligned (the launcher checks).
+//
+// The vectors are cut into tiles of blockDim.x * VECTORS_PER_THREAD; block b
+// handles tiles b, b + gridDim.x, ... (a grid-stride loop over tiles: once per
+// block with a one-shot grid, several times with a capped grid). Within a
+// tile, thread t handles vectors t, t + blockDim.x, t + 2 * blockDim.x, ...:
+// at each step the threads of a warp touch 32 consecutive vectors, 512
+// contiguous bytes, so every access is fully coalesced.
+template <typename T, int VECTORS_PER_THREAD>
+__global__ void selu_vectorized_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel) {
+  using Vector = typename VectorOf<T>::type;
+  const Vector* x_vectors = reinterpret_cast<const Vector*>(x);
+  Vector* y_vectors = reinterpret_cast<Vector*>(y);
+  const int64_t num_vectors = numel / kElementsPerVector<T>;
+  const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
+
+  for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
+    Pack<T> packs[VECTORS_PER_THREAD];
+    // 1. Load. The loads do not depend on each other and nothing uses them yet,
+    //    so all VECTORS_PER_THREAD of them are in flight at once: the thread
+    //    waits for memory once per tile, not once per vector. __ldg is the
+    //    read-only load (ld.global.nc): x is not written by this kernel.
+#pragma unroll
+    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
+      if (i < num_vectors) {  // the last tile may be partial
+        packs[v].vector = __ldg(x_vectors + i);
+      }
+    }
+    // 2. Compute in registers and store, 16 bytes at a time.
+#pragma unroll
+    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
+      if (i < num_vectors) {
+#pragma unroll
+        for (int e = 0; e < kElementsPerVector<T>; ++e) {
+          packs[v].elements[e] = selu_element(packs[v].elements[e]);
+        }
+        y_vectors[i] = packs[v].vector;
+      }
+    }
+  }
+
+  // 3. The tail: the last numel % kElementsPerVector elements (at most 7) do
+  //    not fill a vector, so the first threads of block 0 do them one by one.
+  const int64_t tail_index = num_vectors * kElementsPerVector<T> + threadIdx.x;
+  if (blockIdx.x == 0 && tail_index < numel) {
+    y[tail_index] = selu_element(x[tail_index]);
+  }
+}
+
+// The fallback when x or y is not 16-byte aligned (a view such as x[1:] starts
+// 4 bytes into an allocation): a 16-byte load from an address that is not a
+// multiple of 16 is a misaligned-address fault, so this kernel does one
+// element per thread per step, in a grid-stride loop. (A faster fallback would
+// peel the first elements until both pointers align, when their misalignments
+// are equal; views like this are rare enough that correctness is what matters.)
+template <typename T>
+__global__ void selu_scalar_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
+    y[i] = selu_element(x[i]);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side: choosing the grid and the kernel.
+// ---------------------------------------------------------------------------
+
+struct LaunchConfig {
+  int threads_per_block;
+  int vectors_per_thread;
+  int64_t max_blocks_per_sm;  // 0: one block per tile (one-shot grid)
+};
+
+// 256 threads and 4 vectors per thread: 64 bytes in flight per thread, enough
+// to saturate HBM on an H100 (notebook 04 sweeps the alternatives). A one-shot
+// grid: no loop overhead, and the hardware schedules blocks as SMs free up.
+constexpr LaunchConfig kDefaultConfig{256, 4, 0};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_16_byte_aligned(const void* pointer) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
+}
+
+int multiprocessor_count(c10::DeviceIndex device) {
+  int count = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// gridDim.x for a kernel that needs `blocks_needed` blocks to cover the tensor
+// once: all of them for a one-shot grid, at most k per SM for a capped grid
+// (the kernels' grid-stride loops do the rest). At least one block, so that
+// the tail of a tensor smaller than a vector is still done.
+unsigned int grid_size(int64_t blocks_needed, const LaunchConfig& config, c10::DeviceIndex device) {
+  int64_t limit = kMaxBlocks;
+  if (config.max_blocks_per_sm > 0) {
+    const int64_t sms = multiprocessor_count(device);
+    limit = std::min(config.max_blocks_per_sm, kMaxBlocks / sms) * sms;
+  }
+  return static_cast<unsigned int>(std::max<int64_t>(1, std::min(blocks_needed, limit)));
+}
+
+template <typename T, int VECTORS_PER_THREAD>
+void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& config,
+                       c10::cuda::CUDAStream stream) {
+  const int64_t num_vectors = numel / kElementsPerVector<T>;
+  const int64_t tiles = ceil_div(num_vectors, int64_t{config.threads_per_block} * VECTORS_PER_THREAD);
+  const unsigned int blocks = grid_size(tiles, config, stream.device_index());
+  selu_vectorized_kernel<T, VECTORS_PER_THREAD><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+  // Launch errors are only reported when asked for; without this check they
+  // surface at some later, unrelated CUDA call.
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
+void launch_selu(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
+  if (!is_16_byte_aligned(x) || !is_16_byte_aligned(y)) {
+    const int64_t blocks_needed = ceil_div(numel, config.threads_per_block);
+    const unsigned int blocks = grid_size(blocks_needed, config, stream.device_index());
+    selu_scalar_kernel<T><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  // VECTORS_PER_THREAD sizes a register array, so it must be a compile-time
+  // constant: one instantiation per allowed value, chosen here at run time.
+  switch (config.vectors_per_thread) {
+    case 1: return launch_vectorized<T, 1>(x, y, numel, config, stream);
+    case 2: return launch_vectorized<T, 2>(x, y, numel, config, stream);
+    case 4: return launch_vectorized<T, 4>(x, y, numel, config, stream);
+    case 8: return launch_vectorized<T, 8>(x, y, numel, config, stream);
+  }
+  TORCH_CHECK(false, "selu_vectorized: no kernel for vectors_per_thread = ", config.vectors_per_thread);
+}
+
+void check_input(const torch::Tensor& x, const char* op) {
+  check_device(x, c10::DeviceType::CUDA, op);
+  check_floating(x, op);
+}
+
+// selu(x) into `out` (contiguous, same shape, dtype and device as x).
+//
+// Non-contiguous input is not an error: the kernel runs on x.contiguous(), so
+// the result is correct, at the cost of one extra copy (contiguous() returns x
+// itself when it already is).
+void selu_into(const torch::Tensor& x, torch::Tensor& out, const LaunchConfig& config) {
+  const torch::Tensor x_contiguous = x.contiguous();
+  const int64_t numel = x_contiguous.numel();
+  if (numel == 0) {
+    return;  // a grid of 0 blocks is an invalid launch configuration
+  }
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "selu_vectorized", [&] {
+    launch_selu<scalar_t>(x_contiguous.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), numel,
+                          config, stream);
+  });
+}
+
+torch::Tensor selu_new_tensor(const torch::Tensor& x, const LaunchConfig& config, const char* op) {
+  check_input(x, op);
+  // Allocate and launch on x's GPU, not on whichever GPU happens to be current.
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  // empty_like, not zeros_like: the kernel writes every element, and
+  // zero-filling first would be a whole extra pass over memory. Contiguous
+  // (not x's strides): the kernel writes linearly.
+  torch::Tensor out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+  selu_into(x, out, config);
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor selu(const torch::Tensor& x) {
+  return selu_new_tensor(x, kDefaultConfig, "selu");
+}
+
+torch::Tensor selu_out(const torch::Tensor& x, torch::Tensor out) {
+  check_input(x, "selu_out");
+  check_out(x, out, "selu_out");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  selu_into(x, out, kDefaultConfig);
+  return out;
+}
+
+torch::Tensor selu_with_config(const torch::Tensor& x, int64_t threads_per_block, int64_t vectors_per_thread,
+                               int64_t max_blocks_per_sm) {
+  TORCH_CHECK(threads_per_block == 64 || threads_per_block == 128 || threads_per_block == 256 ||
+                  threads_per_block == 512 || threads_per_block == 1024,
+              "selu_with_config: threads_per_block must be 64, 128, 256, 512 or 1024 (whole warps, at most "
+              "1024 per block), got ", threads_per_block, ".");
+  TORCH_CHECK(vectors_per_thread == 1 || vectors_per_thread == 2 || vectors_per_thread == 4 ||
+                  vectors_per_thread == 8,
+              "selu_with_config: vectors_per_thread must be 1, 2, 4 or 8 (the kernel is compiled for "
+              "these), got ", vectors_per_thread, ".");
+  TORCH_CHECK(max_blocks_per_sm >= 0, "selu_with_config: max_blocks_per_sm must be 0 (one block per "
+              "tile, a one-shot grid) or k > 0 (at most k blocks per SM, grid-stride loop), got ",
+              max_blocks_per_sm, ".");
+  const LaunchConfig config{static_cast<int>(threads_per_block), static_cast<int>(vectors_per_thread),
+                            max_blocks_per_sm};
+  return selu_new_tensor(x, config, "selu_with_config");
+}
+
+}  // namespace selu_course

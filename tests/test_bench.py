@@ -1,0 +1,241 @@
+"""helpers.bench: the arithmetic against hand calculations, timing through a
+timing library, and records a notebook can save and plot."""
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+import torch
+
+from helpers import bench
+
+REQUIRED_KEYS = {
+    "variant", "op", "dtype", "numel", "bytes", "median_ms", "q20_ms", "q80_ms", "gbps", "gbps_q20",
+    "gbps_q80", "n", "method", "device", "device_slug", "torch", "date", "pct_of_copy",
+}  # fmt: skip
+
+REFERENCE_NUMEL = 4096 * 393216  # the course's reference problem, 1.61 G elements
+
+
+@pytest.fixture(autouse=True)
+def short_cpu_timing(monkeypatch):
+    """CI mode: the CPU timer measures for 0.05 s per function instead of 0.2 s."""
+    monkeypatch.setenv("CI", "true")
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def test_bytes_and_gbps_of_the_reference_problem():
+    # fp32: 1,610,612,736 elements x 4 bytes x (1 read + 1 write) = 12.88 GB; at 4.26 ms, 3024 GB/s.
+    nbytes = bench.bytes_moved(REFERENCE_NUMEL, torch.float32)
+    assert nbytes == 12_884_901_888
+    assert bench.gbps(nbytes, 4.26) == pytest.approx(3024.6, abs=0.1)
+    # bf16 moves half the bytes, so the same time is half the throughput.
+    half = bench.bytes_moved(REFERENCE_NUMEL, torch.bfloat16)
+    assert half == nbytes // 2
+    assert bench.gbps(half, 4.26) == pytest.approx(1512.3, abs=0.1)
+
+
+def test_bytes_moved_counts_reads_and_writes_and_accepts_record_dtype_names():
+    assert bench.bytes_moved(1000, "float32") == 8000
+    assert bench.bytes_moved(1000, "bfloat16", reads=2, writes=1) == 6000  # a backward pass
+    assert bench.bytes_moved(1000, torch.float64, reads=1, writes=0) == 8000
+
+
+def test_gbps_is_decimal_and_rejects_non_positive_times():
+    assert bench.gbps(1e9, 1000.0) == pytest.approx(1.0)  # 1e9 bytes in one second
+    with pytest.raises(ValueError):
+        bench.gbps(1e9, 0.0)
+
+
+def test_roofline_ms_is_bytes_over_bandwidth():
+    # 12.885 GB at 3000 GB/s: 4.295 ms; the inverse of gbps().
+    assert bench.roofline_ms(REFERENCE_NUMEL, torch.float32, 3000) == pytest.approx(4.2950, abs=1e-4)
+    ms = bench.roofline_ms(2**20, "bfloat16", 1234.0)
+    assert bench.gbps(bench.bytes_moved(2**20, "bfloat16"), ms) == pytest.approx(1234.0)
+
+
+def _fake(variant, median_ms, *, numel=2**20, op="forward", dtype="float32", slug="h100", nbytes=None):
+    return {
+        "variant": variant, "op": op, "dtype": dtype, "numel": numel, "median_ms": median_ms,
+        "bytes": nbytes if nbytes is not None else bench.bytes_moved(numel, dtype), "device_slug": slug,
+    }  # fmt: skip
+
+
+def test_pct_of_copy_is_copy_time_over_variant_time_matched_on_size_dtype_op_device():
+    records = [
+        _fake("copy", 2.0),
+        _fake("slow", 2.5),  # 2.0 / 2.5 = 80%
+        _fake("fast", 2.0),  # as fast as the copy: 100%
+        _fake("copy", 1.0, numel=2**21),
+        _fake("other_size", 4.0, numel=2**21),  # 25%: its own size's copy, not 2**20's
+        _fake("bf16", 1.0, dtype="bfloat16"),  # no bf16 copy: no ratio
+        _fake("elsewhere", 1.0, slug="cpu"),  # another machine's copy is no yardstick
+    ]
+    out = {r["variant"] + str(r["numel"]): r["pct_of_copy"] for r in bench.add_roofline_ratios(records)}
+    assert out["copy1048576"] == pytest.approx(100.0)
+    assert out["slow1048576"] == pytest.approx(80.0)
+    assert out["fast1048576"] == pytest.approx(100.0)
+    assert out["other_size2097152"] == pytest.approx(25.0)
+    assert out["bf161048576"] is None
+    assert out["elsewhere1048576"] is None
+
+
+def test_pct_of_copy_compares_throughput_when_the_op_moves_more_bytes_than_the_copy():
+    # Backward: 3 tensors moved in 3 ms is the copy's 2 tensors in 2 ms: the same GB/s.
+    numel = 2**20
+    copy = _fake("copy", 2.0, op="backward")
+    grad = _fake("grad", 3.0, op="backward", nbytes=bench.bytes_moved(numel, "float32", reads=2, writes=1))
+    bench.add_roofline_ratios([copy, grad])
+    assert grad["pct_of_copy"] == pytest.approx(100.0)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def test_time_fn_on_cpu_uses_torch_benchmark_and_orders_its_statistics():
+    x = torch.randn(2**16)
+    timing = bench.time_fn(lambda: torch.selu(x), device="cpu")
+    assert timing.method == "torch.utils.benchmark"
+    assert timing.median_ms > 0
+    assert 0 < timing.q20_ms <= timing.median_ms <= timing.q80_ms
+    assert timing.n >= 1
+
+
+def test_time_fn_sees_that_ten_times_the_work_takes_longer():
+    small, big = torch.randn(2**17), torch.randn(10 * 2**17)
+    t_small = bench.time_fn(lambda: torch.selu(small), device="cpu")
+    t_big = bench.time_fn(lambda: torch.selu(big), device="cpu")
+    assert t_big.median_ms > 2 * t_small.median_ms
+
+
+@pytest.fixture
+def fake_triton(monkeypatch):
+    """Install a stand-in ``triton.testing.do_bench``: the CUDA path's logic, tested without a GPU."""
+
+    def install(do_bench):
+        testing = types.ModuleType("triton.testing")
+        testing.do_bench = do_bench
+        triton = types.ModuleType("triton")
+        triton.testing = testing
+        monkeypatch.setitem(sys.modules, "triton", triton)
+        monkeypatch.setitem(sys.modules, "triton.testing", testing)
+
+    bench._do_bench_returns_all.cache_clear()  # it remembers which triton it saw
+    yield install
+    bench._do_bench_returns_all.cache_clear()
+
+
+SAMPLES = [float(v) for v in range(1, 11)]  # 1..10 ms: median 5.5, q20 2.8, q80 8.2 (linear)
+
+
+def test_do_bench_path_takes_statistics_from_all_samples(fake_triton):
+    calls = []
+
+    def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
+        assert return_mode in ["min", "max", "mean", "median", "all"]
+        calls.append(dict(warmup=warmup, rep=rep, quantiles=quantiles, return_mode=return_mode))
+        return list(SAMPLES)
+
+    fake_triton(do_bench)
+    timing = bench._time_do_bench(lambda: None)
+    assert calls == [dict(warmup=25, rep=100, quantiles=None, return_mode="all")]
+    assert (timing.median_ms, timing.q20_ms, timing.q80_ms) == pytest.approx((5.5, 2.8, 8.2))
+    assert timing.n == 10 and timing.method == "triton.testing.do_bench"
+
+
+def test_do_bench_without_all_mode_asks_for_median_and_quantiles(fake_triton):
+    def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
+        assert return_mode in ["min", "max", "mean", "median"]  # an older triton
+        assert quantiles == [0.5, 0.2, 0.8]
+        return [5.5, 2.8, 8.2]
+
+    fake_triton(do_bench)
+    timing = bench._time_do_bench(lambda: None)
+    assert (timing.median_ms, timing.q20_ms, timing.q80_ms) == (5.5, 2.8, 8.2)
+    assert timing.n is None  # that call does not say how many samples it took
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_random_input_is_standard_normal_with_both_signs_and_no_zeros(dtype):
+    x = bench.random_input(2**16, dtype, "cpu", seed=1)
+    assert x.shape == (2**16,) and x.dtype == dtype
+    assert (x < 0).any() and (x > 0).any()
+    assert not (x == 0).any()
+    assert x.float().mean().abs() < 0.05 and 0.95 < x.float().std() < 1.05  # N(0, 1), not U[0, 1)
+    assert torch.equal(x, bench.random_input(2**16, dtype, "cpu", seed=1))  # a seed reproduces it
+
+
+def test_random_input_replaces_exact_zeros(monkeypatch):
+    monkeypatch.setattr(torch, "randn", lambda n, **kw: torch.zeros(n, dtype=kw["dtype"]))
+    x = bench.random_input(100, torch.float16, "cpu")
+    assert not (x == 0).any()
+
+
+# --------------------------------------------------------------------------- records
+
+
+def test_measure_times_the_copy_and_each_variant_into_json_ready_records():
+    variants = {"torch_eager": torch.selu, "two_passes": lambda x: torch.selu(x).clone()}
+    records = bench.measure(variants, 2**14, device="cpu")
+    assert [r["variant"] for r in records] == ["copy", "torch_eager", "two_passes"]
+    for r in records:
+        assert REQUIRED_KEYS <= set(r), REQUIRED_KEYS - set(r)
+        assert r["op"] == "forward" and r["dtype"] == "float32" and r["numel"] == 2**14
+        assert r["bytes"] == 2**14 * 4 * 2
+        assert r["gbps"] == pytest.approx(r["bytes"] / (r["median_ms"] * 1e-3) / 1e9)
+        assert r["gbps_q20"] <= r["gbps"] <= r["gbps_q80"]
+        assert r["device_slug"] == "cpu" and r["method"] == "torch.utils.benchmark"
+        assert r["torch"] == torch.__version__
+    assert records[0]["pct_of_copy"] == pytest.approx(100.0)
+    assert records[1]["pct_of_copy"] == pytest.approx(records[0]["median_ms"] / records[1]["median_ms"] * 100)
+    assert json.loads(json.dumps(records)) == records
+
+
+def test_measure_uses_a_given_input_and_refuses_the_roofline_name():
+    x = bench.random_input(4096, torch.bfloat16, "cpu")
+    seen = set()
+    records = bench.measure({"spy": lambda t: seen.add(id(t)) or t}, 4096, x=x, include_copy=False)
+    assert seen == {id(x)}
+    assert [r["variant"] for r in records] == ["spy"] and records[0]["dtype"] == "bfloat16"
+    with pytest.raises(ValueError):
+        bench.measure({"copy": torch.selu}, 4096, device="cpu")
+
+
+def test_sweep_measures_every_size():
+    records = bench.sweep({"torch_eager": torch.selu}, [2**12, 2**14], device="cpu", progress=False)
+    assert sorted((r["numel"], r["variant"]) for r in records) == [
+        (2**12, "copy"), (2**12, "torch_eager"), (2**14, "copy"), (2**14, "torch_eager"),
+    ]  # fmt: skip
+
+
+def test_peers_leave_out_a_compile_that_fails_with_a_note(monkeypatch, capsys):
+    def broken():
+        raise RuntimeError("no C++ compiler\nlong traceback")
+
+    monkeypatch.setattr(bench, "compiled_selu", broken)
+    assert list(bench.peers(device="cpu")) == ["torch_eager"]
+    assert "torch_compile left out" in capsys.readouterr().out
+    assert list(bench.peers(device="cpu", include_compile=False)) == ["torch_eager"]
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_timing_uses_do_bench_and_the_copy_runs_at_memory_speed():
+    pytest.importorskip("triton", reason="triton.testing.do_bench needs triton")
+    x = bench.random_input(2**24, torch.float32, "cuda")
+    out = torch.empty_like(x)
+    timing = bench.time_fn(lambda: out.copy_(x), device="cuda")
+    assert timing.method == "triton.testing.do_bench"
+    assert 0 < timing.q20_ms <= timing.median_ms <= timing.q80_ms
+    (copy,) = bench.measure({}, 2**24, device="cuda")
+    assert copy["variant"] == "copy" and copy["gbps"] > 100, copy

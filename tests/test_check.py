@@ -1,0 +1,374 @@
+"""The correctness harness must pass a correct SELU and fail each kind of wrong one.
+
+Every wrong SELU here is a mistake a first kernel makes; each test says which part of
+the harness catches it, so that a harness too weak to catch it fails the test.
+"""
+import math
+
+import pytest
+import torch
+
+from helpers.check import (
+    DEFAULT_DISTRIBUTIONS,
+    DEFAULT_MAX_ULP,
+    SELU_ALPHA,
+    SELU_SCALE,
+    check_unary,
+    make_input,
+    naive_rand_check,
+    poisoned_outputs,
+    relu_reference,
+    selu_reference,
+    special_values,
+    ulp_distance,
+)
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+CPU = torch.device("cpu")
+
+
+def failing_groups(report):
+    return {case.group for case in report.cases if not case.passed}
+
+
+def group_max_ulp(report, group):
+    return max(case.max_ulp or 0 for case in report.cases if case.group == group)
+
+
+# ---- references --------------------------------------------------------------------
+def test_selu_reference_values_sign_of_zero_and_nan():
+    x = torch.tensor([1.0, -1.0, 0.0, -0.0, float("nan"), float("-inf")], dtype=torch.float64)
+    y = selu_reference(x)
+    assert y.dtype == torch.float64
+    assert y[0].item() == SELU_SCALE
+    assert y[1].item() == pytest.approx(SELU_SCALE * SELU_ALPHA * math.expm1(-1.0), rel=1e-15)
+    assert y[2].item() == 0.0 and not y[2].signbit()
+    assert y[3].item() == 0.0 and y[3].signbit()
+    assert y[4].isnan()
+    assert y[5].item() == -SELU_SCALE * SELU_ALPHA
+
+
+def test_relu_reference_follows_torch_relu():
+    x = torch.tensor([-0.0, 0.0, float("nan"), -2.0, 3.0], dtype=torch.float64)
+    y = relu_reference(x)
+    assert y[0].signbit() and not y[1].signbit()
+    assert y[2].isnan()
+    assert y[3:].tolist() == [0.0, 3.0]
+    assert check_unary(torch.relu, relu_reference, device=CPU, trials=1).passed
+
+
+# ---- a correct SELU passes -----------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_torch_selu_passes_on_cpu(dtype):
+    report = check_unary(torch.selu, dtype=dtype, device=CPU)
+    report.assert_ok()
+    assert report.worst.max_ulp <= DEFAULT_MAX_ULP[dtype]
+    assert report.first_failure() is None
+    groups = {case.group for case in report.cases}
+    assert groups == set(DEFAULT_DISTRIBUTIONS) | {"special", "views"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_torch_selu_passes_on_cuda(dtype):
+    report = check_unary(torch.selu, dtype=dtype, device="cuda")
+    report.assert_ok()
+    assert report.device.type == "cuda"
+
+
+# ---- wrong SELUs fail ------------------------------------------------------------------
+def lambda_x(x):
+    return SELU_SCALE * x
+
+
+def test_lambda_x_cheat_passes_the_naive_test_and_fails_the_check():
+    assert naive_rand_check(lambda_x, device=CPU)
+    report = check_unary(lambda_x, device=CPU)
+    assert not report.passed
+    # Every group has negative inputs, where λ·x is wrong.
+    assert failing_groups(report) == set(DEFAULT_DISTRIBUTIONS) | {"special", "views"}
+    with pytest.raises(AssertionError, match="FAILED"):
+        report.assert_ok()
+
+
+def test_missing_minus_one_fails():
+    def selu_missing_minus_one(x):
+        return torch.where(x > 0, SELU_SCALE * x, SELU_SCALE * SELU_ALPHA * torch.exp(x))
+
+    report = check_unary(selu_missing_minus_one, device=CPU, trials=1)
+    assert not report.passed
+    assert {"normal", "tiny", "large_negative"} <= failing_groups(report)
+
+
+def test_exp_minus_one_in_float32_fails_on_tiny_inputs():
+    def selu_exp_minus_one(x):  # exp(x) - 1 in float32 cancels near 0: expm1 is needed
+        return torch.where(x > 0, SELU_SCALE * x, SELU_SCALE * SELU_ALPHA * (torch.exp(x) - 1))
+
+    report = check_unary(selu_exp_minus_one, device=CPU)
+    assert not report.passed
+    assert "tiny" in failing_groups(report)
+    assert group_max_ulp(report, "tiny") > 1000
+    assert any(name.startswith("tiny") for name in report.worst.failing)
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_flushing_subnormals_to_zero_fails_on_special_values(where):
+    tiny = torch.finfo(torch.float32).tiny
+
+    def flush(t):  # t * 0 keeps the sign: only the magnitude is flushed, as FTZ does
+        return torch.where(t.abs() < tiny, t * 0, t)
+
+    def selu_ftz(x):
+        return torch.selu(flush(x)) if where == "input" else flush(torch.selu(x))
+
+    report = check_unary(selu_ftz, device=CPU, trials=1, distributions=("normal",))
+    assert not report.passed
+    assert "special" in failing_groups(report)
+    x, got, expected = report.first_failure()
+    bad_subnormal_inputs = (x != 0) & (x.abs() < tiny)
+    assert bad_subnormal_inputs.any()
+
+
+def test_nan_to_zero_fails_the_nan_pattern():
+    def selu_nan_to_zero(x):
+        y = torch.selu(x)
+        return torch.where(torch.isnan(y), torch.zeros_like(y), y)
+
+    report = check_unary(selu_nan_to_zero, device=CPU, trials=1)
+    assert not report.passed
+    assert not report.worst.nan_match
+    assert "numbers where NaN was expected" in str(report)
+
+
+def test_wrong_sign_of_zero_fails():
+    def selu_plus_zero(x):  # adding +0.0 turns -0.0 into +0.0 and changes nothing else
+        return torch.selu(x) + 0.0
+
+    report = check_unary(selu_plus_zero, device=CPU, trials=1)
+    assert not report.passed
+    assert not report.worst.zero_sign
+    x, got, expected = report.first_failure()
+    assert x[0].item() == 0.0 and x[0].signbit()
+    assert not got[0].signbit() and expected[0].signbit()
+
+
+def test_unwritten_last_element_is_caught_by_the_poison():
+    def selu_all_but_last(x):
+        y = torch.empty_like(x)
+        y.view(-1)[:-1] = torch.selu(x).reshape(-1)[:-1]
+        return y
+
+    report = check_unary(selu_all_but_last, device=CPU)
+    assert not report.passed
+    assert not report.worst.nan_match
+    # every case whose last expected value is not NaN fails, and only there
+    assert all(case.mismatches == 1 for case in report.cases)
+    assert "unwritten" in str(report)
+
+
+def test_output_never_written_fails():
+    report = check_unary(lambda x: torch.empty_like(x), device=CPU, trials=1)
+    assert not report.passed
+    assert len(report.failing_cases()) == len(report.cases)
+
+
+def test_poisoned_outputs_fills_empty_with_nan_and_restores_settings():
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.utils.deterministic.fill_uninitialized_memory,
+    )
+    with pytest.raises(RuntimeError, match="inside"):
+        with poisoned_outputs():
+            assert torch.empty(1000).isnan().all()
+            assert torch.empty_like(torch.zeros(3, 5, dtype=torch.float16)).isnan().all()
+            raise RuntimeError("inside")
+    after = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.utils.deterministic.fill_uninitialized_memory,
+    )
+    assert after == before
+
+
+def test_wrong_shape_dtype_or_device_fails():
+    def flattened_with_a_new_axis(x):
+        return torch.selu(x).unsqueeze(0)
+
+    def in_float64(x):
+        return torch.selu(x.double())
+
+    for fn, what in [(flattened_with_a_new_axis, "shape"), (in_float64, "dtype")]:
+        report = check_unary(fn, device=CPU, trials=1)
+        assert not report.passed
+        assert len(report.failing_cases()) == len(report.cases)
+        assert f"returned {what}" in report.cases[0].problem
+
+
+def test_an_exception_is_a_failed_case_with_its_message():
+    def raises(x):
+        raise RuntimeError("selu_naive: expected a CUDA tensor")
+
+    report = check_unary(raises, device=CPU, trials=1)
+    assert not report.passed
+    assert "raised RuntimeError: selu_naive: expected a CUDA tensor" in report.cases[0].problem
+    assert "expected a CUDA tensor" in str(report)
+
+
+def test_modifying_the_input_fails():
+    report = check_unary(torch.selu_, device=CPU, trials=1)
+    assert not report.passed
+    assert "modified its input" in str(report)
+
+
+def test_ignoring_the_storage_offset_fails_only_on_views():
+    def selu_from_storage_start(x):  # a kernel that takes the storage's pointer, not the tensor's
+        return torch.selu(torch.as_strided(x, x.shape, x.stride(), storage_offset=0))
+
+    report = check_unary(selu_from_storage_start, device=CPU, trials=1)
+    assert failing_groups(report) == {"views"}
+
+
+# ---- ulp_distance ------------------------------------------------------------------------
+def from_bits(bits, dtype):
+    int_dtype = {torch.float16: torch.int16, torch.bfloat16: torch.int16,
+                 torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+    return torch.tensor(bits, dtype=torch.int64).to(int_dtype).view(dtype)
+
+
+def test_ulp_distance_of_neighbours_in_float32_and_float64():
+    for dtype in (torch.float32, torch.float64):
+        one = torch.tensor([1.0], dtype=dtype)
+        next_up = torch.nextafter(one, torch.tensor([2.0], dtype=dtype))
+        assert ulp_distance(one, next_up).tolist() == [1]
+        assert ulp_distance(next_up, one).tolist() == [1]
+        assert ulp_distance(one, one).tolist() == [0]
+        assert ulp_distance(one, next_up).dtype == torch.int64
+
+
+def test_ulp_distance_across_zero():
+    smallest = torch.finfo(torch.float32).tiny * torch.finfo(torch.float32).eps
+    a = torch.tensor([0.0, smallest, 1.0, -smallest])
+    b = torch.tensor([-0.0, -smallest, -1.0, 0.0])
+    # -0 and +0 are one ulp apart, so ±smallest subnormal are three apart
+    assert ulp_distance(a, b).tolist() == [1, 3, 2 * 0x3F800000 + 1, 2]
+
+
+def test_ulp_distance_in_half_types_from_bit_patterns():
+    # float16: 1.0 is 0x3C00; 0x7BFF is max, 0x7C00 is inf; bfloat16: 1.0 is 0x3F80
+    f16 = from_bits([0x3C00, 0x3C00, 0x7BFF, 0x0001], torch.float16)
+    f16_b = from_bits([0x3C01, 0x3C02, 0x7C00, 0x0000], torch.float16)
+    assert f16[0].item() == 1.0 and f16_b[0].item() == 1.0 + 2**-10
+    assert ulp_distance(f16, f16_b).tolist() == [1, 2, 1, 1]
+    bf16 = from_bits([0x3F80, 0x3F80], torch.bfloat16)
+    bf16_b = from_bits([0x3F81, 0xBF80], torch.bfloat16)  # 1 + 2^-7, and -1.0
+    assert bf16_b.float().tolist() == [1.0 + 2**-7, -1.0]
+    assert ulp_distance(bf16, bf16_b).tolist() == [1, 2 * 0x3F80 + 1]
+
+
+def test_ulp_distance_rounds_b_to_a_dtype_and_saturates_in_float64():
+    a = torch.tensor([1.0])
+    assert ulp_distance(a, torch.tensor([1.0 + 2**-30], dtype=torch.float64)).tolist() == [0]
+    big = torch.tensor([torch.finfo(torch.float64).max], dtype=torch.float64)
+    assert ulp_distance(big, -big).tolist() == [torch.iinfo(torch.int64).max]
+    f32_max = torch.tensor([torch.finfo(torch.float32).max])
+    assert ulp_distance(f32_max, -f32_max).tolist() == [2 * 0x7F7FFFFF + 1]
+
+
+# ---- inputs ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_special_values_cover_the_edge_cases(dtype):
+    x = special_values(dtype, CPU)
+    info = torch.finfo(dtype)
+    assert x.dtype == dtype and x.dim() == 1
+    zeros = x[x == 0]
+    assert zeros.signbit().any() and (~zeros.signbit()).any()
+    assert x.isnan().any()
+    assert (x == float("inf")).any() and (x == float("-inf")).any()
+    subnormal = (x != 0) & (x.abs() < info.tiny)
+    assert (subnormal & (x > 0)).any() and (subnormal & (x < 0)).any()
+    assert (x.abs() == info.tiny).sum() == 2
+    assert (x == info.max).any() and (x == -info.max).any()
+    assert ((x > -1e-2) & (x < -1e-8)).sum() >= 2  # where exp(x) - 1 cancels
+    assert (x <= -88.5).sum() >= 3  # where exp underflows
+
+
+def test_make_input_distributions():
+    g = torch.Generator().manual_seed(0)
+    n = 20000
+    normal = make_input("normal", (n,), torch.float32, CPU, g)
+    assert abs(normal.std().item() - 1) < 0.05 and (normal < 0).any()
+    wide = make_input("wide_uniform", (n,), torch.float32, CPU, g)
+    assert wide.min() >= -100 and wide.max() <= 100 and wide.min() < -90 and wide.max() > 90
+    for dtype in DTYPES:
+        info = torch.finfo(dtype)
+        tiny = make_input("tiny", (n,), dtype, CPU, g)
+        assert tiny.abs().max() <= 1e-2 and (tiny < 0).any() and (tiny > 0).any()
+        assert ((tiny != 0) & (tiny.abs() < info.tiny)).any()  # subnormals
+        huge = make_input("huge", (n,), dtype, CPU, g)
+        assert huge.abs().min() >= 1 and huge.abs().max() <= info.max / 2
+        assert (huge < 0).any() and (huge > 0).any() and huge.abs().max() > info.max / 1e3
+        large_negative = make_input("large_negative", (n,), dtype, CPU, g)
+        assert large_negative.min() >= -1e4 and large_negative.max() <= -80
+    assert make_input("normal", (3, 5), torch.bfloat16, CPU, g).shape == (3, 5)
+    with pytest.raises(ValueError, match="unknown distribution"):
+        make_input("lognormal", (4,), torch.float32, CPU, g)
+
+
+def recording_selu(seen):
+    def fn(x):
+        seen.append(x.clone())
+        return torch.selu(x)
+
+    return fn
+
+
+def test_inputs_are_fresh_per_trial_and_reproducible_per_seed():
+    options = dict(device=CPU, trials=2, sizes=(1000,), distributions=("normal",),
+                   include_special=False, include_views=False)
+    first, again = [], []
+    check_unary(recording_selu(first), seed=123, **options)
+    check_unary(recording_selu(again), seed=123, **options)
+    assert len(first) == 2
+    assert not torch.equal(first[0], first[1])  # fresh per trial
+    assert all(torch.equal(a, b) for a, b in zip(first, again))  # same seed, same inputs
+    unseeded = [check_unary(torch.selu, **options).seed for _ in range(2)]
+    assert unseeded[0] != unseeded[1]  # seeds from the clock: new inputs every call
+
+
+def test_views_are_misaligned_and_two_dimensional():
+    seen = []  # the tensors themselves: a clone would not keep the storage offset
+
+    def fn(x):
+        seen.append(x)
+        return torch.selu(x)
+
+    check_unary(fn, device=CPU, trials=1, distributions=(), include_special=False)
+    assert [x.storage_offset() for x in seen] == [1, 2, 3, 1]
+    assert seen[-1].dim() == 2 and all(d % 2 == 1 for d in seen[-1].shape)
+    assert all(x.isnan().any() for x in seen)  # the views hold special values too
+
+
+# ---- the report ----------------------------------------------------------------------------
+def test_report_shows_what_went_wrong_compactly():
+    report = check_unary(lambda_x, device=CPU, trials=1, name="lambda_x")
+    text = str(report)
+    assert text.startswith("lambda_x: FAILED")
+    assert len(text.splitlines()) <= 12
+    markdown = report._repr_markdown_()
+    table_rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert len(table_rows) == 1 + len({case.group for case in report.cases})  # header + a row per group
+    x, got, expected = report.first_failure()
+    assert len(x) > 0
+    assert torch.equal(got, lambda_x(x))
+    assert not torch.equal(got.nan_to_num(), expected.nan_to_num())
+    assert "got" in repr(report.first_failure()) and "expected" in repr(report.first_failure())
+
+
+def test_passing_report_summary():
+    report = check_unary(torch.selu, device=CPU, trials=1, name="torch.selu")
+    text = str(report)
+    assert text.startswith("torch.selu: passed")
+    assert len(text.splitlines()) == 2
+    assert report.assert_ok() is report

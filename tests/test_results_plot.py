@@ -1,0 +1,176 @@
+"""helpers.results and helpers.plot: merge semantics on disk, tables, and figures
+whose JSON holds the numbers they draw. Every file goes to a temporary folder."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from helpers import bench, env, plot, results
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def results_in_tmp(monkeypatch, tmp_path):
+    """Point the results folder at a temporary one: a test never writes results/."""
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def record(variant, numel, median_ms, *, dtype="float32", op="forward", slug="h100", spread=0.1):
+    """A record as bench.measure makes it, with a chosen time (q20/q80 +-spread)."""
+    timing = bench.Timing(median_ms, median_ms * (1 - spread), median_ms * (1 + spread), 100, "test")
+    r = bench._record(variant, op, bench._as_dtype(dtype), numel, timing, torch.device("cpu"))
+    r.update(device_slug=slug, device="Test GPU 80GB", date="2026-11-20")
+    return r
+
+
+@pytest.fixture
+def sweep_records():
+    """copy, a kernel at 80% of it and a slow one at 50%, at three sizes."""
+    rows = []
+    for numel in (2**20, 2**22, 2**24):
+        copy_ms = numel * 8 / 3e12 * 1e3  # 3000 GB/s
+        rows += [record("copy", numel, copy_ms), record("vec4", numel, copy_ms / 0.8)]
+        rows += [record("naive", numel, copy_ms / 0.5)]
+    return bench.add_roofline_ratios(rows)
+
+
+# --------------------------------------------------------------------------- results
+
+
+def test_results_dir_follows_the_environment(monkeypatch, tmp_path):
+    assert results.results_dir() == tmp_path
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", "scratch/results")  # relative: to the repository
+    assert results.results_dir() == env.REPO_ROOT / "scratch" / "results"
+    monkeypatch.delenv("HELPERS_RESULTS_DIR")
+    assert results.results_dir() == env.REPO_ROOT / "results"
+
+
+def test_save_replaces_the_same_key_and_keeps_the_others(tmp_path):
+    first = [record("copy", 2**20, 1.0), record("vec4", 2**20, 2.0), record("vec4", 2**22, 8.0)]
+    path = results.save(first)
+    assert path == tmp_path / "h100" / "benchmarks.json"
+
+    again = [record("vec4", 2**20, 1.5), record("vec4", 2**20, 3.0, dtype="bfloat16")]
+    results.save(again)
+    stored = {(r["variant"], r["dtype"], r["numel"]): r["median_ms"] for r in results.load("h100")}
+    assert stored == {
+        ("copy", "float32", 2**20): 1.0,  # kept
+        ("vec4", "float32", 2**20): 1.5,  # replaced: same variant, op, dtype, numel
+        ("vec4", "float32", 2**22): 8.0,  # kept: another size
+        ("vec4", "bfloat16", 2**20): 3.0,  # added: another dtype
+    }
+    # No temporary file is left behind by the atomic write.
+    assert [p.name for p in path.parent.iterdir()] == ["benchmarks.json"]
+
+
+def test_saved_file_is_sorted_and_stable(tmp_path):
+    rows = [record("vec4", 2**22, 8.0), record("copy", 2**20, 1.0), record("copy", 2**22, 4.0)]
+    path = results.save(rows)
+    text = path.read_text()
+    assert results.save(list(reversed(rows))).read_text() == text  # order of saving does not matter
+    stored = json.loads(text)
+    assert [(r["numel"], r["variant"]) for r in stored] == [(2**20, "copy"), (2**22, "copy"), (2**22, "vec4")]
+    assert all(list(r) == sorted(r) for r in stored)  # keys sorted too: a diff shows values only
+
+
+def test_save_needs_one_device_or_a_slug(tmp_path):
+    mixed = [record("copy", 2**20, 1.0, slug="h100"), record("copy", 2**20, 9.0, slug="cpu")]
+    with pytest.raises(ValueError):
+        results.save(mixed)
+    assert results.save(mixed[:1], slug="elsewhere") == tmp_path / "elsewhere" / "benchmarks.json"
+
+
+def test_load_of_nothing_saved_is_empty_and_reference_reads_the_repository(tmp_path):
+    assert results.load("no-such-device") == []
+    assert results.load_reference("no-such-device") == []
+    # Records saved to the scratch folder are not the committed reference.
+    results.save([record("copy", 2**20, 1.0, slug="scratch-only")])
+    assert results.load("scratch-only") and results.load_reference("scratch-only") == []
+
+
+def test_table_lists_time_throughput_and_percent_of_copy(sweep_records):
+    text = results.table(sweep_records, numel=2**24)
+    lines = text.splitlines()
+    assert lines[0] == "| variant | dtype | numel | median ms | GB/s | % of copy |"
+    assert len(lines) == 2 + 3  # header, alignment, one row per variant at that size
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["**copy**", "vec4", "naive"]  # fastest first
+    assert "| 3000.0 | 100.0% |" in lines[2]
+    assert "| 2400.0 | 80.0% |" in lines[3]
+    assert "| 1500.0 | 50.0% |" in lines[4]
+    assert "16,777,216" in lines[2]
+
+
+def test_table_computes_missing_ratios_and_filters_op_and_dtype():
+    rows = [record("copy", 2**20, 1.0), record("vec4", 2**20, 4.0), record("vec4", 2**20, 1.0, dtype="bfloat16")]
+    for r in rows:
+        del r["pct_of_copy"]  # as from an older file
+    text = results.table(rows, dtype="float32")
+    assert "25.0%" in text and "bfloat16" not in text
+    assert "(no records)" in results.table(rows, op="backward")
+
+
+def test_display_table_prints_outside_jupyter(capsys, sweep_records):
+    results.display_table(sweep_records, numel=2**20)
+    assert "% of copy" in capsys.readouterr().out
+
+
+def test_figure_path_is_under_the_device_figures_folder(tmp_path):
+    assert results.figure_path("throughput", slug="h100") == tmp_path / "h100" / "figures" / "throughput.png"
+    assert results.figure_path("bars.png", slug="cpu") == tmp_path / "cpu" / "figures" / "bars.png"
+
+
+def test_reference_label_names_device_and_date(sweep_records):
+    assert results.reference_label(sweep_records) == "reference: Test GPU 80GB, 2026-11-20"
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def test_throughput_writes_png_and_the_plotted_numbers(tmp_path, sweep_records):
+    label = results.reference_label(sweep_records)
+    fig = plot.throughput(sweep_records, title="SELU forward", save_as="throughput", label=label)
+    assert isinstance(fig, Figure)
+    png = tmp_path / "h100" / "figures" / "throughput.png"  # with the records' device
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    data = json.loads(png.with_suffix(".json").read_text())
+    assert data["label"] == label and data["dtype"] == "float32"
+    assert data["variants"] == ["copy", "vec4", "naive"] and set(data["series"]) == set(data["variants"])
+    vec4 = data["series"]["vec4"]
+    assert vec4["numel"] == [2**20, 2**22, 2**24]
+    assert vec4["gbps"] == pytest.approx([2400.0] * 3)
+    assert all(lo < mid < hi for lo, mid, hi in zip(vec4["gbps_q20"], vec4["gbps"], vec4["gbps_q80"]))
+    # The copy is the dashed black roofline; the label is shown.
+    ax = fig.axes[0]
+    (copy_line,) = [line for line in ax.get_lines() if line.get_label() == "copy (roofline)"]
+    assert copy_line.get_linestyle() == "--" and copy_line.get_color() == "black"
+    assert ax.get_title() == label and ax.get_xscale() == "log"
+
+
+def test_throughput_picks_variants_and_refuses_mixed_devices(tmp_path, sweep_records):
+    fig = plot.throughput(sweep_records, title="t", variants=["copy", "naive"], save_as=tmp_path / "two")
+    assert [line.get_label() for line in fig.axes[0].get_lines()] == ["copy (roofline)", "naive"]
+    assert json.loads((tmp_path / "two.json").read_text())["variants"] == ["copy", "naive"]
+    with pytest.raises(ValueError):
+        plot.throughput(sweep_records + [record("copy", 2**20, 1.0, slug="cpu")], title="t")
+    with pytest.raises(ValueError):
+        plot.throughput(sweep_records, title="t", dtype="bfloat16")
+
+
+def test_roofline_bars_writes_png_and_percentages(tmp_path, sweep_records):
+    path = tmp_path / "bars.png"
+    fig = plot.roofline_bars(sweep_records, numel=2**22, title="SELU at 4M", save_as=path)
+    assert isinstance(fig, Figure)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    data = json.loads(path.with_suffix(".json").read_text())
+    assert data["numel"] == 2**22 and data["copy_gbps"] == pytest.approx(3000.0)
+    assert {b["variant"]: b["pct_of_copy"] for b in data["bars"]} == pytest.approx({"vec4": 80.0, "naive": 50.0})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["naive", "vec4"]  # fastest on top
+    assert any(list(line.get_xdata()) == [100, 100] for line in ax.get_lines())  # the 100% line
+    with pytest.raises(ValueError):
+        plot.roofline_bars(sweep_records, numel=2**30, title="no such size")
