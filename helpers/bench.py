@@ -331,6 +331,44 @@ def measure(
     return add_roofline_ratios(records)
 
 
+def measure_repeated(
+    variants: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+    numel: int,
+    *,
+    repeats: int = 3,
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str | None = None,
+    op: str = "forward",
+    include_copy: bool = True,
+    x: torch.Tensor | None = None,
+) -> list[dict]:
+    """:func:`measure` ``repeats`` times, back to back on one input.
+
+    Returns the first run's records, so that every ratio (``pct_of_copy``, one
+    variant against another) comes from one run; each record also carries
+    ``repeat_medians_ms``, its median time in every run. A claim that A is "not
+    slower than B" needs that spread beside it: a median moves from run to run
+    (clocks, the state of the memory system) by more than the 20-80% band within
+    one run shows. :func:`spread_ms` reads it back.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    if x is None:
+        x = random_input(numel, dtype, device)
+    runs = [measure(variants, numel, op=op, include_copy=include_copy, x=x) for _ in range(repeats)]
+    first = runs[0]
+    for i, record in enumerate(first):
+        assert all(run[i]["variant"] == record["variant"] for run in runs)  # measure keeps the order
+        record["repeat_medians_ms"] = [float(f"{run[i]['median_ms']:.6g}") for run in runs]
+    return first
+
+
+def spread_ms(record: dict) -> float:
+    """Max minus min of a record's ``repeat_medians_ms`` (0.0 for a record of one run)."""
+    medians = record.get("repeat_medians_ms") or [record["median_ms"]]
+    return max(medians) - min(medians)
+
+
 def _release_memory(device: torch.device) -> None:
     """Return cached blocks to the driver, so the next size's fit check sees them."""
     gc.collect()  # a variant's closure may hold the last reference to a big tensor
@@ -363,7 +401,7 @@ def sweep(
     records: list[dict] = []
     bar = tqdm(list(sizes), desc=f"{op} {dtype_name(dtype)}", unit="size", disable=not progress, mininterval=2.0)
     for numel in bar:
-        bar.set_postfix_str(f"{numel:,} elements")
+        bar.set_postfix_str(f"{numel:,} elements", refresh=False)
         _release_memory(device)
         if device.type == "cuda" and not env.fits_on_gpu(numel, dtype, tensors=reads + writes):
             bar.write(f"skipped {numel:,} elements: {reads + writes} tensors of them do not fit in free GPU memory")

@@ -56,8 +56,9 @@ KERNELS = {
     "selu_vectorized": KernelSpec("selu_vectorized.cu", ("selu", "selu_out", "selu_with_config")),
 }
 
-CUDA_FLAGS = ("-O3", "-lineinfo", "-std=c++17")
-CPU_FLAGS = ("-O3", "-std=c++17")
+# torch adds the C++ standard its headers need (C++20 in recent releases): we add none.
+CUDA_FLAGS = ("-O3", "-lineinfo")
+CPU_FLAGS = ("-O3",)
 
 
 class BuildError(RuntimeError):

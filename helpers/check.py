@@ -50,6 +50,9 @@ __all__ = [
     "CaseResult",
     "CheckReport",
     "Failure",
+    "Agreement",
+    "agreement",
+    "outcome",
 ]
 
 # The constants of Klambauer et al. (2017), as torch uses them (Python floats: float64).
@@ -106,8 +109,14 @@ def selu_reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def relu_reference(x: torch.Tensor) -> torch.Tensor:
-    """ReLU in float64 with torch.relu's semantics: NaN propagates, ``relu(-0.0) = -0.0``."""
-    return torch.relu(x.double())
+    """ReLU in float64 as ``x < 0 ? 0 : x``: NaN propagates and ``relu(-0.0) = -0.0``.
+
+    Written out rather than ``torch.relu`` because torch's own answer for -0.0 depends
+    on the device (-0.0 on the CPU, +0.0 on CUDA, measured with torch 2.11): a
+    reference must not change with the machine it runs on.
+    """
+    x = x.double()
+    return torch.where(x < 0, torch.zeros_like(x), x)
 
 
 # ---------------------------------------------------------------------------------------
@@ -697,3 +706,112 @@ def naive_rand_check(
     """
     x = torch.rand(numel, dtype=dtype, device=_device(device))
     return torch.allclose(fn(x), reference(x.double()).to(dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# Agreement with another implementation, and what a function does with an input
+# ---------------------------------------------------------------------------------------
+AGREEMENT_CHUNK = 1 << 26  # elements per step: bounds the int64 temporaries of a huge tensor
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How one result compares with another of the same dtype, element by element.
+
+    ``identical`` counts elements equal bit for bit (NaN counts as equal to NaN, whatever
+    its payload); ``max_ulp`` is the largest :func:`ulp_distance` over the elements that
+    are NaN in neither (0 when there are none); ``nan_match`` says NaN is in the same
+    places in both.
+    """
+
+    numel: int
+    identical: int
+    max_ulp: int
+    nan_match: bool
+
+    @property
+    def identical_pct(self) -> float:
+        return 100.0 * self.identical / self.numel if self.numel else 100.0
+
+    def within(self, max_ulp: int) -> bool:
+        """NaN in the same places, and every other element within ``max_ulp`` ulps."""
+        return self.nan_match and self.max_ulp <= max_ulp
+
+    def __str__(self) -> str:
+        nan = "NaN in the same places" if self.nan_match else "NaN in DIFFERENT places"
+        return (f"{self.identical_pct:.4g}% of {self.numel:,} elements identical, "
+                f"max {self.max_ulp:,} ulp, {nan}")
+
+
+def agreement(actual: torch.Tensor, expected: torch.Tensor, chunk: int = AGREEMENT_CHUNK) -> Agreement:
+    """``actual`` against ``expected`` (same shape and floating dtype), in ulps of that dtype.
+
+    For claims such as "identical to torch eager, or within 1 ulp": unlike
+    :func:`check_unary`, which compares with the float64 reference, this compares two
+    implementations with each other. The tensors are compared ``chunk`` elements at a
+    time, so a tensor of billions of elements needs only chunk-sized temporaries.
+    """
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        raise ValueError(
+            f"agreement: compare tensors of one shape and dtype, got {tuple(actual.shape)} {actual.dtype} "
+            f"and {tuple(expected.shape)} {expected.dtype}"
+        )
+    bits = _BITS_DTYPE.get(actual.dtype)
+    if bits is None:
+        raise TypeError(f"agreement: expected float16, bfloat16, float32 or float64, got {actual.dtype}")
+    a, e = actual.reshape(-1), expected.reshape(-1).to(actual.device)
+    identical, worst, nan_match = 0, 0, True
+    for start in range(0, a.numel(), chunk):
+        x, y = a[start:start + chunk], e[start:start + chunk]
+        x_nan, y_nan = x.isnan(), y.isnan()
+        identical += int(((x.view(bits) == y.view(bits)) | (x_nan & y_nan)).sum())
+        nan_match = nan_match and torch.equal(x_nan, y_nan)
+        numbers = ~(x_nan | y_nan)
+        if numbers.any():
+            worst = max(worst, int(ulp_distance(x[numbers], y[numbers]).max()))
+    return Agreement(numel=a.numel(), identical=identical, max_ulp=worst, nan_match=nan_match)
+
+
+def outcome(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    reference: Callable[[torch.Tensor], torch.Tensor] = torch.selu,
+    *,
+    max_ulp: int = 1,
+    reference_name: str = "torch.selu",
+) -> str:
+    """What ``fn(x)`` does, in one line: the error it raises, or how its result compares
+    with ``reference(x)``.
+
+    For tables of bad input (integer, bool or complex tensors, a tensor on the wrong
+    device, non-contiguous or empty tensors): each gets a clear error or a correct
+    result, and this says which. A result is "correct" when it has the reference's
+    shape, dtype and device, NaN where it has NaN, and every other element within
+    ``max_ulp`` ulps of it; "WRONG" otherwise.
+    """
+    try:
+        y = fn(x)
+        if x.is_cuda:
+            torch.cuda.synchronize(x.device)  # a kernel's error is reported here, not later
+    except Exception as error:  # any error is an outcome to report, not to raise
+        lines = str(error).strip().splitlines()
+        return f"error: {type(error).__name__}: {lines[0] if lines else ''}"
+    if not isinstance(y, torch.Tensor):
+        return f"WRONG: returned {type(y).__name__}, not a tensor"
+    try:
+        expected = reference(x)
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        return f"a result, but {reference_name} raises {type(error).__name__}: {lines[0] if lines else ''}"
+    got, want = (y.shape, y.dtype, y.device), (expected.shape, expected.dtype, expected.device)
+    if got != want:
+        return f"WRONG: shape, dtype, device {tuple(got[0])}, {got[1]}, {got[2]}; {reference_name} gives " \
+               f"{tuple(want[0])}, {want[1]}, {want[2]}"
+    if y.numel() == 0:
+        return f"correct result: an empty tensor of shape {tuple(y.shape)}, as {reference_name} gives"
+    match = agreement(y, expected)
+    if not match.within(max_ulp):
+        return f"WRONG result against {reference_name}: {match}"
+    if match.identical == match.numel:
+        return f"correct result: identical to {reference_name}"
+    return f"correct result: within {match.max_ulp} ulp of {reference_name} ({match.identical_pct:.4g}% identical)"

@@ -5,6 +5,7 @@
 {'ld.global.nc.v4.f32': 4}
 >>> helpers.nvcc.show_ptx(ptx, "selu_vectorized_kernel<float, 4>", r"ld\\.global|st\\.global")
 >>> helpers.nvcc.ptxas_report("selu_vectorized.cu")                 # registers, spills, stack
+>>> helpers.nvcc.compile_source(cuda_text, "relu_inline").ptx     # doctest: +SKIP
 
 What it does, so that a notebook need not:
 
@@ -37,6 +38,7 @@ from . import build, env
 
 DEFAULT_ARCH = "sm_90"
 CACHE_DIR = env.BUILD_DIR / "nvcc"
+SOURCES_DIR = CACHE_DIR / "sources"  # source text given to compile_source, as files
 NVCC_TIMEOUT_S = 600
 
 
@@ -100,6 +102,8 @@ def nvcc_flags(filename: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, 
     """The nvcc flags for ``kernels/<filename>``, less the input and output files."""
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
+    # Where build.CUDA_FLAGS name no C++ standard (torch's builder then adds its
+    # own), nvcc's default applies: it changes how torch's headers parse, not the PTX.
     flags = [f"-arch={arch}", *build.CUDA_FLAGS, *COMMON_NVCC_FLAGS]
     # What torch's builder defines for an extension (the name matters only to
     # PYBIND11_MODULE, which is in the binding file, not here).
@@ -171,6 +175,30 @@ def _write_atomically(path: Path, text: str) -> None:
 def compile_kernel(filename: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = ()) -> Compiled:
     """Compile ``kernels/<filename>`` to PTX for ``arch`` (cached)."""
     source = _source_path(filename)
+    return _compile(source, f"kernels/{source.name}", arch, extra_flags)
+
+
+def compile_source(
+    text: str, name: str = "inline", arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = ()
+) -> Compiled:
+    """Compile CUDA source *text* to PTX for ``arch`` (cached), like a file of ``kernels/``.
+
+    For the one kernel the course writes in a notebook cell (the ``cuda_sources`` of
+    a ``load_inline`` call): the text is written to
+    ``.build/nvcc/sources/<name>_<hash>.cu`` and compiled with the same flags,
+    include folders and cache as :func:`compile_kernel`, so it can be read on a
+    machine without a GPU. ``name`` is a plain identifier (letters, digits, ``_``).
+    """
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise NvccError(f"name must be a plain identifier (letters, digits and _), got {name!r}")
+    source = SOURCES_DIR / f"{name}_{build.source_hash(text)}.cu"
+    if not source.exists() or source.read_text() != text:
+        source.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(source, text)
+    return _compile(source, build.relative_paths(str(source)), arch, extra_flags)
+
+
+def _compile(source: Path, shown_as: str, arch: str, extra_flags: tuple[str, ...]) -> Compiled:
     flags = nvcc_flags(source.name, arch, tuple(extra_flags))
     directory = _cache_directory(source, flags)
     ptx_file, log_file, seconds_file = (directory / n for n in ("kernel.ptx", "nvcc.log", "seconds.txt"))
@@ -179,14 +207,14 @@ def compile_kernel(filename: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[s
         directory.mkdir(parents=True, exist_ok=True)
         command = [nvcc_path(), "-ptx", *flags, str(source), "-o", str(ptx_file)]
         try:
-            log, seconds = _run(command, f"compile kernels/{source.name} to PTX for {arch}")
+            log, seconds = _run(command, f"compile {shown_as} to PTX for {arch}")
         except NvccError:
             shutil.rmtree(directory, ignore_errors=True)  # nothing half-done left to read as cached
             raise
         _write_atomically(log_file, _relative(log))
         _write_atomically(seconds_file, f"{seconds:.2f}\n")  # written last: marks the result complete
     return Compiled(
-        source=f"kernels/{source.name}",
+        source=shown_as,
         arch=arch,
         ptx=ptx_file.read_text(),
         seconds=float(seconds_file.read_text()),

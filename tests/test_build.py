@@ -88,7 +88,7 @@ def test_cpu_build_imports_and_is_cached():
 
 def test_mismatched_extern_c_declaration_is_an_import_error_with_advice():
     wrong = 'namespace selu_course { extern "C" torch::Tensor selu(const torch::Tensor& x); }'
-    with pytest.raises(build.BuildError, match=r"undefined symbol: selu\b.*same declaration") as info:
+    with pytest.raises(build.BuildError, match=r"(?s)undefined symbol: selu\b.*same declaration") as info:
         build.build("selu_naive", backend="cpu", declarations=wrong, functions=("selu",))
     assert str(env.REPO_ROOT) not in str(info.value)
 

@@ -176,3 +176,20 @@ def test_expf_minus_one_is_right_far_from_zero(ext):
     # hides from tests that only use values like randn().
     x = -torch.linspace(1, 20, 100)
     assert_close_ulps(ext.selu_expf_minus_one(x), selu_reference(x).float(), x, max_ulps=MAX_ULPS[torch.float32])
+
+
+@pytest.mark.parametrize(
+    "fn, dtype, passes",
+    [("selu", dtype, True) for dtype in DTYPES]
+    + [("selu_missing_minus_one", torch.float32, False), ("selu_expf_minus_one", torch.float32, False)],
+    ids=lambda value: dtype_id(value) if isinstance(value, torch.dtype) else str(value),
+)
+def test_course_correctness_check(ext, fn, dtype, passes):
+    # The check the notebooks run (helpers.check) agrees: selu passes, the first drafts fail.
+    from helpers import check
+
+    report = check.check_unary(getattr(ext, fn), check.selu_reference, dtype=dtype, device="cpu", seed=0)
+    if passes:
+        report.assert_ok()
+    else:
+        assert not report.passed, report

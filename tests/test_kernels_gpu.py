@@ -109,6 +109,15 @@ def test_selu_matches_reference_and_torch(extensions, case):
 
 
 @kernel_dtypes
+def test_course_correctness_check(extensions, case):
+    # The check the notebooks run (helpers.check), on its own inputs and views.
+    from helpers import check
+
+    kernel, dtype = case
+    check.check_unary(extensions[kernel].selu, check.selu_reference, dtype=dtype, device="cuda", seed=0).assert_ok()
+
+
+@kernel_dtypes
 def test_selu_out_writes_every_element(extensions, case):
     kernel, dtype = case
     x = make_input(dtype).cuda()
@@ -188,7 +197,8 @@ def test_every_launch_config(vectorized, threads_per_block, vectors_per_thread, 
 
 def test_default_config_is_the_same_kernel(vectorized):
     x = make_input(torch.float32, 100_000).cuda()
-    assert torch.equal(vectorized.selu(x), vectorized.selu_with_config(x, 256, 4, 0))
+    torch.testing.assert_close(vectorized.selu(x), vectorized.selu_with_config(x, 256, 4, 0),
+                               rtol=0, atol=0, equal_nan=True)
 
 
 # ---- launch mistakes (selu_naive.cu's demonstrations) ----------------------

@@ -151,3 +151,30 @@ def test_missing_nvcc_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(env, "nvcc_path", lambda: None)
     with pytest.raises(nvcc.NvccError, match="nvcc .* was not found.*CUDA toolkit"):
         nvcc.nvcc_path()
+
+
+INLINE_SOURCE = """
+__global__ void scale_kernel(const float* x, float* y, long n) {
+  const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.f * x[i];
+}
+"""
+
+
+def test_compile_source_compiles_text_and_caches_it():
+    first = nvcc.compile_source(INLINE_SOURCE, "scale_inline")
+    assert "scale_kernel" in " ".join(nvcc.kernels(first.ptx))
+    assert re.search(r"\bld\.global\.f32\b", first.ptx)
+    assert first.source.startswith(".build/nvcc/sources/scale_inline_") and first.source.endswith(".cu")
+    assert str(env.REPO_ROOT) not in first.source
+    again = nvcc.compile_source(INLINE_SOURCE, "scale_inline")
+    assert again.cached and again.ptx == first.ptx
+    edited = nvcc.compile_source(INLINE_SOURCE.replace("2.f", "3.f"), "scale_inline")
+    assert edited.directory != first.directory and edited.ptx != first.ptx
+
+
+def test_compile_source_reports_errors_and_bad_names():
+    with pytest.raises(nvcc.NvccError, match=r"nvcc failed to compile \.build/nvcc/sources/broken_inline_"):
+        nvcc.compile_source("this is not CUDA;", "broken_inline")
+    with pytest.raises(nvcc.NvccError, match="plain identifier"):
+        nvcc.compile_source(INLINE_SOURCE, "../escape")
