@@ -178,3 +178,16 @@ def test_compile_source_reports_errors_and_bad_names():
         nvcc.compile_source("this is not CUDA;", "broken_inline")
     with pytest.raises(nvcc.NvccError, match="plain identifier"):
         nvcc.compile_source(INLINE_SOURCE, "../escape")
+
+
+def test_fast_math_flushes_denormals_in_the_selu_kernel(compiled):
+    """Notebook 02's -use_fast_math demonstration starts from this difference: every
+    float instruction of the SELU kernel becomes flush-to-zero (.ftz), and the expf
+    first draft becomes the hardware approximation ex2.approx."""
+    normal = nvcc.kernels(ptx_of(compiled, "selu_naive.cu"))
+    fast = nvcc.kernels(nvcc.compile_ptx("selu_naive.cu", extra_flags=("-use_fast_math",)))
+    selu = next(name for name in fast if "selu_naive_kernel<selu_course::SeluOp>" in name)
+    assert ".ftz." not in normal[selu]
+    assert re.search(r"\b(setp|mul|fma\.rn)\.ftz\.f32\b", fast[selu])
+    expf_draft = next(name for name in fast if "SeluExpfMinusOneOp>" in name)
+    assert "ex2.approx.ftz.f32" in fast[expf_draft]
