@@ -331,18 +331,10 @@ def measure(
     return add_roofline_ratios(records)
 
 
-def measure_repeated(
-    variants: dict[str, Callable[[torch.Tensor], torch.Tensor]],
-    numel: int,
-    *,
-    repeats: int = 3,
-    dtype: torch.dtype | str = torch.float32,
-    device: torch.device | str | None = None,
-    op: str = "forward",
-    include_copy: bool = True,
-    x: torch.Tensor | None = None,
-) -> list[dict]:
-    """:func:`measure` ``repeats`` times, back to back on one input.
+def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor | None = None,
+                     dtype: torch.dtype | str = torch.float32, device=None, **options) -> list[dict]:
+    """:func:`measure` ``repeats`` times, back to back on one input (``options``: its
+    ``op`` and ``include_copy``).
 
     Returns the first run's records, so that every ratio (``pct_of_copy``, one
     variant against another) comes from one run; each record also carries
@@ -355,7 +347,7 @@ def measure_repeated(
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     if x is None:
         x = random_input(numel, dtype, device)
-    runs = [measure(variants, numel, op=op, include_copy=include_copy, x=x) for _ in range(repeats)]
+    runs = [measure(variants, numel, x=x, **options) for _ in range(repeats)]
     first = runs[0]
     for i, record in enumerate(first):
         assert all(run[i]["variant"] == record["variant"] for run in runs)  # measure keeps the order
