@@ -3,8 +3,9 @@
 SELU reads every element once and writes every element once, so its speed limit
 is not arithmetic but memory traffic: the fastest it can possibly run is the time
 a device-to-device copy of the same bytes takes. Every measurement here therefore
-times ``out.copy_(x)`` on the same input, in the same run, and reports each
-variant as a percentage of that copy's throughput.
+times ``out.copy_(x)`` on the same input, in the same run; a variant's ratio to
+that copy is computed when the records are read (:mod:`helpers.results`), from
+the copy of the same run, and never stored.
 
 >>> records = helpers.bench.measure({"torch_eager": torch.selu}, 2**24)  # doctest: +SKIP
 >>> records = helpers.bench.sweep(helpers.bench.peers(), env.sweep_sizes())  # doctest: +SKIP
@@ -21,6 +22,7 @@ import functools
 import gc
 import inspect
 import platform
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +68,30 @@ class Timing:
     q80_ms: float
     n: int | None
     method: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A function to time, under a record name, with the launch configuration it runs.
+
+    ``measure({"v1_t128": Variant(fn, "selu_vectorized", {"threads_per_block": 128, ...})}, n)``
+    records ``variant="selu_vectorized"`` and the configuration as a field: one
+    kernel under several configurations stays one variant. A plain function in
+    :func:`measure`'s dict is a variant named by its key, with no configuration.
+    """
+
+    fn: Callable[[torch.Tensor], torch.Tensor]
+    name: str
+    config: dict | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def launch_config(threads_per_block: int, vectors_per_thread: int, max_blocks_per_sm: int = 0) -> dict:
+    """The launch configuration of the vectorized kernel, as records carry it."""
+    return {"threads_per_block": threads_per_block, "vectors_per_thread": vectors_per_thread,
+            "max_blocks_per_sm": max_blocks_per_sm}
 
 
 # --------------------------------------------------------------------------- timing
@@ -239,7 +265,13 @@ def device_name(device: torch.device | str | None = None) -> str:
     return platform.processor() or "cpu"
 
 
-def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timing, device: torch.device) -> dict:
+def new_run() -> str:
+    """An identifier for one run of measurements: its date and time, and a random suffix."""
+    return f"{datetime.datetime.now():%Y-%m-%dT%H:%M:%S}-{secrets.token_hex(3)}"
+
+
+def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timing, device: torch.device,
+            run: str, config: dict | None = None) -> dict:
     reads, writes = TENSORS_READ_WRITTEN[op]
     nbytes = bytes_moved(numel, dtype, reads, writes)
     return {
@@ -261,31 +293,10 @@ def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timin
         "device_slug": env.device_slug(device),
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
-        "pct_of_copy": None,
+        # The measurements of one measure() call share a run: ratios are taken within it.
+        "run": run,
+        "config": config,
     }
-
-
-def add_roofline_ratios(records: list[dict]) -> list[dict]:
-    """Fill each record's ``pct_of_copy``: its throughput as % of the copy's.
-
-    Matched on (device_slug, op, dtype, numel), so the copy of the same size on the
-    same machine is the yardstick. Throughputs rather than times are compared so
-    that an op moving more bytes than the copy (the backward pass) is not
-    penalised for it; for the forward pass, which moves the copy's bytes, this is
-    exactly ``copy_median_ms / variant_median_ms * 100``. Records without a
-    matching copy get ``None``. Changes the records in place and returns them.
-    """
-    copies = {
-        (r.get("device_slug"), r["op"], r["dtype"], r["numel"]): r for r in records if r["variant"] == COPY
-    }
-    for r in records:
-        copy = copies.get((r.get("device_slug"), r["op"], r["dtype"], r["numel"]))
-        if copy is None:
-            r["pct_of_copy"] = None
-            continue
-        copy_throughput = copy["bytes"] / copy["median_ms"]
-        r["pct_of_copy"] = r["bytes"] / r["median_ms"] / copy_throughput * 100
-    return records
 
 
 # --------------------------------------------------------------------------- measuring
@@ -301,12 +312,13 @@ def measure(
     include_copy: bool = True,
     x: torch.Tensor | None = None,
 ) -> list[dict]:
-    """Time every variant on one fresh random input of ``numel`` elements.
+    """Time every variant on one fresh random input of ``numel`` elements, as one run.
 
     With ``include_copy`` the copy roofline (``out.copy_(x)`` into a preallocated
-    ``out``) is timed first, on the same input, and each record's ``pct_of_copy``
-    is filled. ``x`` replaces the random input (its dtype and device then win).
-    Returns one JSON-ready record per variant (see :func:`_record`).
+    ``out``) is timed first, on the same input. ``x`` replaces the random input
+    (its dtype and device then win). A value of ``variants`` is a function or a
+    :class:`Variant`. Returns one JSON-ready record per variant (see
+    :func:`_record`), all with the same ``run``.
     """
     if op not in TENSORS_READ_WRITTEN:
         raise ValueError(f"op must be one of {sorted(TENSORS_READ_WRITTEN)}, not {op!r}")
@@ -318,17 +330,19 @@ def measure(
         raise ValueError(f"x has {x.numel()} elements, numel says {numel}")
     dtype, device = x.dtype, x.device
 
+    run = new_run()
     records = []
     if include_copy:
         out = torch.empty_like(x)
-        records.append(_record(COPY, op, dtype, numel, time_fn(lambda: out.copy_(x), device=device), device))
+        records.append(_record(COPY, op, dtype, numel, time_fn(lambda: out.copy_(x), device=device), device, run))
         del out  # on a big GPU input this is a whole second tensor: free it before the variants
-    for name, fn in variants.items():
+    for label, fn in variants.items():
         # Each call's output is dropped before the next call, so at most one lives at a time.
         timing = time_fn(lambda fn=fn: fn(x), device=device)
-        records.append(_record(name, op, dtype, numel, timing, device))
+        name, config = (fn.name, fn.config) if isinstance(fn, Variant) else (label, None)
+        records.append(_record(name, op, dtype, numel, timing, device, run, config))
         _release_memory(device)
-    return add_roofline_ratios(records)
+    return records
 
 
 def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor | None = None,
@@ -336,7 +350,7 @@ def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor 
     """:func:`measure` ``repeats`` times, back to back on one input (``options``: its
     ``op`` and ``include_copy``).
 
-    Returns the first run's records, so that every ratio (``pct_of_copy``, one
+    Returns the first run's records, so that every ratio (to the copy, one
     variant against another) comes from one run; each record also carries
     ``repeat_medians_ms``, its median time in every run. A claim that A is "not
     slower than B" needs that spread beside it: a median moves from run to run
@@ -376,12 +390,15 @@ def sweep(
     device: torch.device | str | None = None,
     op: str = "forward",
     include_copy: bool = True,
-    progress: bool = True,
+    progress: bool | None = None,
 ) -> list[dict]:
     """:func:`measure` at each size, with a progress bar; the records of all sizes.
 
     On a GPU, a size whose tensors (input, output, and for the backward pass the
     incoming gradient) do not fit in free memory is skipped with a note.
+    ``progress`` defaults to :func:`helpers.env.interactive`: a bar while a person
+    watches, none in a headless run, whose saved notebook would otherwise keep
+    every redraw of the bar as output.
     """
     # The plain-text bar: it needs no widget extension and reads the same in a
     # terminal, in JupyterLab and in a committed notebook's output.
@@ -391,12 +408,14 @@ def sweep(
     dtype = _as_dtype(dtype)
     reads, writes = TENSORS_READ_WRITTEN[op]
     records: list[dict] = []
+    if progress is None:
+        progress = env.interactive()
     bar = tqdm(list(sizes), desc=f"{op} {dtype_name(dtype)}", unit="size", disable=not progress, mininterval=2.0)
     for numel in bar:
         bar.set_postfix_str(f"{numel:,} elements", refresh=False)
         _release_memory(device)
         if device.type == "cuda" and not env.fits_on_gpu(numel, dtype, tensors=reads + writes):
-            bar.write(f"skipped {numel:,} elements: {reads + writes} tensors of them do not fit in free GPU memory")
+            print(f"skipped {numel:,} elements: {reads + writes} tensors of them do not fit in free GPU memory")
             continue
         records += measure(variants, numel, dtype=dtype, device=device, op=op, include_copy=include_copy)
     return records

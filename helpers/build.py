@@ -1,18 +1,21 @@
-"""Build a kernel from ``kernels/`` into an importable extension, in one call.
+"""Build the kernels of ``kernels/`` and register them as PyTorch operators, in one call.
 
->>> ext = helpers.build.build("selu_naive")      # doctest: +SKIP
->>> y = ext.selu(x)
+>>> build.load("selu_vectorized")            # doctest: +SKIP
+>>> y = torch.ops.selu_course.selu_vectorized(x)     # on the CPU or the GPU, by x's device
 
 What it does, so that a notebook need not:
 
-* picks the backend: the ``.cu`` file when a GPU, a CUDA build of torch and nvcc
-  are all present, otherwise the op's CPU implementation (``selu_cpu.cpp``);
-* generates the binding file from ``kernels/selu_ops.h`` (the declarations that
-  every kernel file also includes) and compiles it with the kernel file through
-  ``torch.utils.cpp_extension.load``;
-* names the extension after a hash of every source, header and flag, so editing a
-  kernel and re-running the cell builds and imports a new module without
-  restarting the Jupyter kernel, and an unchanged kernel is not rebuilt;
+* compiles each kernel's CPU implementation and, where a GPU, a CUDA build of torch
+  and nvcc are all present, its CUDA implementation, each into a shared library
+  loaded with ``torch.utils.cpp_extension.load(..., is_python_module=False)``:
+  the library registers its kernels with the dispatcher when it loads
+  (``TORCH_LIBRARY_IMPL``), and the schemas, fake kernels and autograd rules come
+  from :mod:`helpers.ops`;
+* names each library after a hash of every source, header and flag, so an
+  unchanged kernel is not rebuilt, and an edited one is rebuilt and *replaces*
+  the registration of the previous build in the running process: the old library
+  is unloaded first, which removes its kernels, so no restart is needed and the
+  dispatcher has nothing to warn about;
 * builds quietly into the project's git-ignored ``.build/`` folder, with
   ``TORCH_CUDA_ARCH_LIST`` set to the GPU present;
 * turns the usual failures (no ninja, no compiler, no nvcc, a CPU-only torch asked
@@ -21,44 +24,57 @@ What it does, so that a notebook need not:
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
+import json
 import os
+import re
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 import torch
 
 from . import env
 
-NAMESPACE = "selu_course"
-DECLARATIONS_HEADER = "selu_ops.h"
-CPU_SOURCE = "selu_cpu.cpp"
-CPU_FUNCTIONS = ("selu", "selu_out", "selu_missing_minus_one", "selu_expf_minus_one")
 EXTENSIONS_DIR = env.BUILD_DIR / "extensions"
 STALE_LOCK_SECONDS = 600  # no honest build of these kernels takes 10 minutes
 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A CUDA kernel file and the functions of ``selu_ops.h`` it defines."""
+    """A kernel of the course: its CPU and CUDA sources and the operators they implement."""
 
+    cpu_source: str
     cuda_source: str
-    functions: tuple[str, ...]
+    operators: tuple[str, ...]
 
 
 KERNELS = {
-    "selu_naive": KernelSpec(
-        "selu_naive.cu",
-        CPU_FUNCTIONS + ("selu_on_legacy_default_stream", "selu_with_int32_count"),
+    "selu_naive": KernelSpec("selu_cpu.cpp", "selu_naive.cu", ("selu_naive", "selu_naive.out")),
+    "selu_vectorized": KernelSpec(
+        "selu_cpu.cpp", "selu_vectorized.cu",
+        ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_with_config"),
     ),
-    "selu_vectorized": KernelSpec("selu_vectorized.cu", ("selu", "selu_out", "selu_with_config")),
+    "mistakes": KernelSpec(
+        "mistakes_cpu.cpp", "mistakes.cu",
+        ("mistake_missing_minus_one", "mistake_expf_minus_one", "mistake_legacy_default_stream",
+         "mistake_int32_count"),
+    ),
 }
 
 # torch adds the C++ standard its headers need (C++20 in recent releases): we add none.
 CUDA_FLAGS = ("-O3", "-lineinfo")
 CPU_FLAGS = ("-O3",)
+# GCC marks some template statics STB_GNU_UNIQUE, and a library holding one can
+# never be unloaded: dlclose leaves it, and its kernels, registered. Without them
+# a rebuilt kernel can replace the old one in a running process.
+GNU_UNIQUE_OFF = "-fno-gnu-unique"
 
 
 class BuildError(RuntimeError):
@@ -154,15 +170,6 @@ def set_cuda_arch_list() -> str | None:
     return os.environ.get("TORCH_CUDA_ARCH_LIST")
 
 
-def binding_source(functions: tuple[str, ...], declarations: str | None = None) -> str:
-    """The C++ file that exposes ``functions`` to Python, as ``load_inline`` would write it."""
-    header = declarations if declarations is not None else f'#include "{DECLARATIONS_HEADER}"'
-    lines = ["#include <torch/extension.h>", header, "", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
-    lines += [f'  m.def("{f}", &{NAMESPACE}::{f}, "{NAMESPACE}::{f}");' for f in functions]
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
 def source_hash(*parts: str | bytes) -> str:
     digest = hashlib.sha256()
     for part in parts:
@@ -171,104 +178,369 @@ def source_hash(*parts: str | bytes) -> str:
     return digest.hexdigest()[:12]
 
 
+HEADER_SUFFIXES = (".h", ".cuh", ".hpp")
+
+
+def kernel_headers() -> list[Path]:
+    """Every header of ``kernels/``: a kernel includes some of them, so all go into its hash."""
+    return sorted(p for p in env.KERNELS_DIR.iterdir() if p.suffix in HEADER_SUFFIXES)
+
+
 def _headers_text() -> str:
-    # Every header in kernels/ goes into the hash: a kernel includes some of them.
-    return "".join(p.read_text() for p in sorted(env.KERNELS_DIR.glob("*.h*")))
+    return "".join(p.read_text() for p in kernel_headers())
 
 
-def build(
+
+
+def _compiler_flags() -> tuple[str, ...]:
+    """The host compiler's extra flags: GNU_UNIQUE_OFF where the compiler is GCC."""
+    version = env.tool_version(env.cxx_path()) or ""
+    return (GNU_UNIQUE_OFF,) if "clang" not in version.lower() else ()
+
+
+@dataclass(frozen=True)
+class Library:
+    """One shared library of kernels, built and loaded into this process."""
+
+    source: str  # the kernel file it was built from, e.g. "selu_naive.cu"
+    device: str  # "cpu" or "cuda": the dispatch key its kernels are registered for
+    name: str  # the extension's name: the source's stem, the device and a content hash
+    path: Path  # the .so file
+    build_seconds: float  # time spent in this call (about 0 when it was built before)
+
+
+@dataclass
+class Loaded:
+    """What :func:`load` registered: the operators, and the libraries that implement them."""
+
+    kernel: str
+    operators: tuple[str, ...]
+    libraries: list[Library] = field(default_factory=list)
+
+    @property
+    def devices(self) -> list[str]:
+        return [library.device for library in self.libraries]
+
+    @property
+    def build_seconds(self) -> float:
+        return sum(library.build_seconds for library in self.libraries)
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"selu_course::{name}" for name in self.operators)
+        built = "; ".join(f"{lib.device.upper()} from kernels/{lib.source} ({lib.name})" for lib in self.libraries)
+        return f"{ops}\n  {built}; {self.build_seconds:.1f} s"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+
+# source file -> the library built from it that is loaded in this process now
+_LOADED: dict[str, Library] = {}
+
+
+def _is_loaded(path: Path) -> bool:
+    try:
+        ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return False
+    return True
+
+
+def unload(library: Library) -> None:
+    """Unload ``library`` from this process, and with it the kernels it registered.
+
+    Its static registration objects are destroyed as the library is unloaded,
+    which removes its kernels from the dispatcher. CUDA work still queued may run
+    code of the library, so the GPU is synchronised first.
+    """
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    # Each dlopen of a path counts one reference (torch's loader opened it once);
+    # dlclose each, through a handle that does not load it again.
+    for _ in range(16):
+        try:
+            handle = ctypes.CDLL(str(library.path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        except OSError:
+            break
+        import _ctypes
+
+        _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
+        _ctypes.dlclose(handle._handle)  # one that was there before
+    torch.ops.loaded_libraries.discard(str(library.path))
+    loaded_now = _LOADED.get(library.source)
+    if loaded_now is not None and loaded_now.path == library.path:
+        del _LOADED[library.source]
+    if _is_loaded(library.path):
+        raise BuildError(
+            f"{library.name} could not be unloaded, so its kernels stay registered. Restart the "
+            "Jupyter kernel to load the rebuilt one."
+        )
+
+
+def _build_library(source_name: str, device: str, extra_flags: tuple[str, ...], extra_cflags: tuple[str, ...],
+                   verbose: bool) -> Library:
+    source = env.KERNELS_DIR / source_name
+    cflags = tuple(CPU_FLAGS) + _compiler_flags() + tuple(extra_cflags)
+    if device == "cuda":
+        cuda_flags = tuple(CUDA_FLAGS) + tuple(f"-Xcompiler={flag}" for flag in _compiler_flags()) + extra_flags
+        arch = set_cuda_arch_list() or ""
+    else:
+        cuda_flags, arch = (), ""
+    digest = source_hash(source.read_text(), _headers_text(), " ".join(cflags + cuda_flags), arch, torch.__version__)
+    name = f"{source.stem}_{device}_{digest}"
+    previous = _LOADED.get(source_name)
+    if previous is not None and previous.name == name:
+        return Library(source_name, device, name, previous.path, 0.0)  # loaded already: nothing to do
+    directory = build_directory(name)
+    check_stale_lock(directory)
+
+    from torch.utils.cpp_extension import load
+
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
+    options = dict(
+        name=name,
+        sources=[str(source)],
+        extra_cflags=list(cflags),
+        extra_cuda_cflags=list(cuda_flags) if device == "cuda" else None,
+        extra_include_paths=[str(env.KERNELS_DIR)],
+        build_directory=str(directory),
+        is_python_module=False,
+        verbose=verbose,
+    )
+    started = time.perf_counter()
+    try:
+        _build_and_register_in_a_child(source_name, device, directory, options)
+        if previous is not None:
+            unload(previous)  # its kernels go, so the new ones replace them without a warning
+        path = load(**options)  # built already: this loads it, and its kernels register
+    except BuildError:
+        raise
+    except Exception as error:  # torch raises RuntimeError for compiler errors, OSError for loading
+        raise BuildError(
+            f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n"
+            f"{relative_paths(str(error))}\n"
+            "Fix the first error it reports and re-run the cell; the build is cached per source "
+            "hash, so only a changed kernel is rebuilt."
+        ) from None
+    library = Library(source_name, device, name, Path(path), time.perf_counter() - started)
+    _LOADED[source_name] = library
+    return library
+
+
+REGISTERED_MARK = "registered-in-a-child"
+
+
+def _build_and_register_in_a_child(source_name: str, device: str, directory: Path, options: dict) -> None:
+    """Build the library and load it once in a separate Python process.
+
+    A kernel whose registration fails (its C++ signature does not match the schema
+    in helpers/ops.py, say) throws while the library loads, and the C++ runtime
+    then ends the process that loaded it: that must not be a learner's Jupyter
+    kernel. So each new build is first built and loaded by a child process; only
+    when that succeeds does this process load it. Done once per build (a mark
+    file in its folder).
+    """
+    mark = directory / REGISTERED_MARK
+    if mark.exists():
+        return
+    child = ("import json, sys\n"
+             "import helpers.ops  # the schemas, so that each registration is checked against one\n"
+             "from torch.utils.cpp_extension import load\n"
+             "load(**json.loads(sys.argv[1]))\n")
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(env.REPO_ROOT), environment.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, "-c", child, json.dumps(options)], capture_output=True, text=True,
+                            cwd=env.REPO_ROOT, env=environment)
+    if options.get("verbose"):
+        print(result.stdout, end="")
+    if result.returncode == 0:
+        mark.write_text(options["name"] + "\n")
+        return
+    output = relative_paths(result.stderr.strip())
+    if "Error building extension" in output or result.returncode > 0 and "c10::Error" not in output:
+        message = output[output.find("Error building extension"):] if "Error building extension" in output else output
+        raise BuildError(
+            f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n{message}\n"
+            "Fix the first error it reports and re-run the cell; the build is cached per source "
+            "hash, so only a changed kernel is rebuilt."
+        )
+    output = output.split("Exception raised from")[0].replace("terminate called after throwing an instance of "
+                                                              "'c10::Error'\n", "").strip()
+    raise BuildError(
+        f"kernels/{source_name} compiled, but registering its {device.upper()} kernels failed, which would "
+        f"have ended this Python process (it was tried in a separate one). The dispatcher said:\n{output}\n"
+        "Each m.impl(name, &function) must have the C++ signature of the schema of `name` in "
+        "helpers/ops.py (Tensor -> const at::Tensor&, Tensor(a!) -> at::Tensor&, int -> int64_t, "
+        "`-> ()` -> void)."
+    )
+
+
+def load(
     kernel: str,
     *,
     backend: str = "auto",
-    functions: tuple[str, ...] | None = None,
-    declarations: str | None = None,
     extra_cuda_cflags: tuple[str, ...] = (),
     extra_cflags: tuple[str, ...] = (),
     verbose: bool = False,
-) -> ModuleType:
-    """Build ``kernels/<kernel>.cu`` (or the CPU implementation) and import it.
+) -> Loaded:
+    """Build ``kernel`` (a key of :data:`KERNELS`) and register its operators.
 
-    ``functions`` defaults to everything the kernel defines; ``declarations``
-    replaces the shared header in the binding file (notebook 02 uses it to show
-    what a mismatched declaration does). The returned module carries
-    ``backend``, ``extension_name`` and ``source_files`` attributes.
+    The CPU implementation is always built; the CUDA one too where ``backend``
+    (``"auto"``: where a GPU, a CUDA build of torch and nvcc are all here) says
+    so. Afterwards ``torch.ops.selu_course.<operator>`` runs on either device.
+    Calling it again is cheap: unchanged libraries are neither rebuilt nor
+    reloaded; an edited source (or other flags) is rebuilt and replaces the
+    loaded library.
     """
     if kernel not in KERNELS:
         raise BuildError(f"Unknown kernel {kernel!r}; known kernels: {', '.join(KERNELS)}.")
     backend = resolve_backend(backend)
     check_toolchain(backend)
+    from . import ops  # noqa: F401  (defines the schemas, fake kernels and autograd rules)
+
     spec = KERNELS[kernel]
+    loaded = Loaded(kernel, spec.operators)
+    loaded.libraries.append(_build_library(spec.cpu_source, "cpu", (), tuple(extra_cflags), verbose))
     if backend == "cuda":
-        source = env.KERNELS_DIR / spec.cuda_source
-        functions = functions or spec.functions
-        flags = tuple(CUDA_FLAGS) + tuple(extra_cuda_cflags)
-        arch = set_cuda_arch_list() or ""
-    else:
-        source = env.KERNELS_DIR / CPU_SOURCE
-        # One CPU build serves every kernel: they share one CPU implementation.
-        functions = functions or CPU_FUNCTIONS
-        flags = ()
-        arch = ""
-    cflags = tuple(CPU_FLAGS) + tuple(extra_cflags)
-    bindings = binding_source(tuple(functions), declarations)
-    digest = source_hash(
-        bindings, source.read_text(), _headers_text(), " ".join(flags + cflags), arch, torch.__version__
+        loaded.libraries.append(
+            _build_library(spec.cuda_source, "cuda", tuple(extra_cuda_cflags), tuple(extra_cflags), verbose)
+        )
+    return loaded
+
+
+@contextlib.contextmanager
+def loaded(kernel: str, **options) -> Iterator[Loaded]:
+    """Within this block, ``kernel`` built with ``options`` (say, other flags) is registered;
+    on exit the libraries that were registered before come back.
+
+    For comparing two builds of one kernel: an operator has one implementation
+    per device at a time.
+    """
+    spec = KERNELS[kernel]
+    before = {source: _LOADED.get(source) for source in (spec.cpu_source, spec.cuda_source)}
+    try:
+        yield load(kernel, **options)
+    finally:
+        for source, library in before.items():
+            current = _LOADED.get(source)
+            if library is not None and current != library:
+                if current is not None:
+                    unload(current)
+                torch.ops.load_library(str(library.path))
+                _LOADED[source] = library
+
+
+# ----------------------------------------------------------------------------- notebook 02's first extension
+
+
+def pybind_bindings(declarations: str, functions: tuple[str, ...]) -> str:
+    """The ``bindings.cpp`` of :func:`pybind_extension`: the declarations and one ``m.def`` per function."""
+    return "\n".join(
+        ["#include <torch/extension.h>", declarations, "", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+        + [f'  m.def("{f}", &{f}, "{f}");' for f in functions]
+        + ["}", ""]
     )
-    stem = kernel if backend == "cuda" else "selu_cpu"
-    name = f"{stem}_{backend}_{digest}"
-    directory = build_directory(name)
+
+
+def pybind_directory(name: str, *, declarations: str, definitions: str, functions: tuple[str, ...], cuda: bool,
+                     extra_cuda_cflags: tuple[str, ...] = ()) -> Path:
+    """Where :func:`pybind_extension` builds these sources (created if needed); its name is the module's."""
+    flags = tuple(CUDA_FLAGS) + tuple(extra_cuda_cflags) if cuda else ()
+    bindings = pybind_bindings(declarations, functions)
+    return build_directory(f"{name}_{source_hash(bindings, definitions, ' '.join(flags), str(cuda), torch.__version__)}")
+
+
+def pybind_extension(
+    name: str,
+    *,
+    declarations: str,
+    definitions: str,
+    functions: tuple[str, ...],
+    cuda: bool,
+    extra_cuda_cflags: tuple[str, ...] = (),
+) -> ModuleType:
+    """A plain pybind11 extension of two translation units, as ``load_inline`` makes one.
+
+    ``bindings.cpp`` holds ``declarations`` and a ``PYBIND11_MODULE`` block binding
+    ``functions``; ``definitions`` is compiled on its own, as ``definitions.cu``
+    (by nvcc) when ``cuda`` and ``definitions.cpp`` otherwise. The two meet only
+    in the linker, which is where notebook 02's ``extern "C"`` mismatch shows.
+    ``name`` gets a hash of everything appended.
+    """
+    bindings = pybind_bindings(declarations, functions)
+    flags = tuple(CUDA_FLAGS) + tuple(extra_cuda_cflags) if cuda else ()
+    if cuda:
+        set_cuda_arch_list()
+    directory = pybind_directory(name, declarations=declarations, definitions=definitions, functions=functions,
+                                 cuda=cuda, extra_cuda_cflags=extra_cuda_cflags)
+    full_name = directory.name
     check_stale_lock(directory)
-    binding_file = directory / "bindings.cpp"
-    if not binding_file.exists() or binding_file.read_text() != bindings:
-        binding_file.write_text(bindings)
+    files = {"bindings.cpp": bindings, f"definitions.{'cu' if cuda else 'cpp'}": definitions}
+    for filename, text in files.items():
+        path = directory / filename
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
 
     from torch.utils.cpp_extension import load
 
-    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
-    started = time.perf_counter()
     try:
-        module = load(
-            name=name,
-            sources=[str(binding_file), str(source)],
-            extra_cflags=list(cflags),
-            extra_cuda_cflags=list(flags) if backend == "cuda" else None,
-            extra_include_paths=[str(env.KERNELS_DIR)],
+        return load(
+            name=full_name,
+            sources=[str(directory / filename) for filename in files],
+            extra_cflags=list(CPU_FLAGS),
+            extra_cuda_cflags=list(flags) if cuda else None,
             build_directory=str(directory),
-            verbose=verbose,
+            verbose=False,
         )
     except ImportError as error:
         raise BuildError(
-            f"The extension {name} compiled and linked, but Python could not import it:\n"
+            f"The extension {full_name} compiled and linked, but Python could not import it:\n"
             f"    {relative_paths(str(error))}\n"
             "An 'undefined symbol' means a function was declared (in the binding file) with a "
-            "different signature or linkage than it was defined with (in the kernel file): make "
-            "both include the same declaration."
+            "different signature or linkage than it was defined with: make both include the same "
+            "declaration."
         ) from None
-    except Exception as error:  # torch raises RuntimeError for compiler errors
-        raise BuildError(
-            f"Building {kernel} for {backend.upper()} failed. The compiler said:\n"
-            f"{relative_paths(str(error))}\n"
-            "Fix the first error it reports and re-run the cell; the build is cached per source "
-            "hash, so only a changed kernel is rebuilt."
-        ) from None
-    module.backend = backend
-    module.extension_name = name
-    module.source_files = [relative_paths(str(source))]
-    module.build_seconds = time.perf_counter() - started
-    return module
+    except Exception as error:
+        raise BuildError(f"Building {name} failed. The compiler said:\n{relative_paths(str(error))}") from None
 
 
-def show_source(filename: str, start: str | None = None, end: str | None = None) -> None:
-    """Display a file of ``kernels/`` (or the lines from ``start`` to ``end``) with highlighting."""
+# ----------------------------------------------------------------------------- showing sources
+
+_REGION = re.compile(r"^[ \t]*// region: (?P<name>[\w-]+)[ \t]*\n(?P<body>.*?)^[ \t]*// endregion[ \t]*$",
+                     re.MULTILINE | re.DOTALL)
+
+
+def regions(filename: str) -> dict[str, str]:
+    """The marked regions of ``kernels/<filename>``: ``// region: name`` ... ``// endregion``."""
+    return {m["name"]: m["body"] for m in _REGION.finditer((env.KERNELS_DIR / filename).read_text())}
+
+
+def source_region(filename: str, region: str | None = None) -> str:
+    """The text of one region of ``kernels/<filename>``, or the whole file."""
     text = (env.KERNELS_DIR / filename).read_text()
-    if start is not None:
-        text = text[text.index(start):]
-    if end is not None:
-        text = text[: text.index(end) + len(end)]
-    language = "cuda" if filename.endswith((".cu", ".cuh")) else "cpp"
-    try:
-        from IPython.display import Markdown, display
+    if region is None:
+        return text
+    found = regions(filename)
+    if region not in found:
+        raise KeyError(f"kernels/{filename} has no region {region!r}; its regions: {', '.join(found) or 'none'}")
+    return found[region]
 
-        display(Markdown(f"`kernels/{filename}`\n```{language}\n{text.rstrip()}\n```"))
+
+def display_code(header: str, text: str, language: str = "cpp") -> None:
+    """``text`` as a highlighted code block under ``header`` in Jupyter, printed elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
     except ImportError:
-        print(f"// kernels/{filename}\n{text}")
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(Markdown(f"`{header}`\n```{language}\n{text}\n```"))
+    else:
+        print(f"// {header}\n{text}")
+
+
+def show_source(filename: str, *region_names: str) -> None:
+    """Display ``kernels/<filename>``, or the named regions of it, with highlighting."""
+    parts = [source_region(filename, name) for name in region_names] or [source_region(filename)]
+    text = "\n".join(part.rstrip() for part in parts)
+    display_code(f"kernels/{filename}", text, "cuda" if filename.endswith((".cu", ".cuh")) else "cpp")

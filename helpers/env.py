@@ -33,6 +33,16 @@ def is_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+HEADLESS_ENV_VAR = "HELPERS_HEADLESS"
+
+
+def interactive() -> bool:
+    """False in a headless run (CI, ``make reproduce``, ``HELPERS_HEADLESS=1``), where
+    nobody watches a progress bar and the executed notebook should not keep it."""
+    headless = os.environ.get(HEADLESS_ENV_VAR, "").lower() in ("1", "true", "yes")
+    return not (headless or is_ci())
+
+
 def has_gpu() -> bool:
     return torch.cuda.is_available()
 

@@ -1,9 +1,9 @@
 """Compile a kernel of ``kernels/`` with nvcc and look at what it became -- no GPU needed.
 
 >>> ptx = helpers.nvcc.compile_ptx("selu_vectorized.cu")           # doctest: +SKIP
->>> helpers.nvcc.vector_loads(ptx, "selu_vectorized_kernel<float, 4>")
+>>> helpers.nvcc.vector_loads(ptx, "selu_vectorized_kernel<float, 4, false>")
 {'ld.global.nc.v4.f32': 4}
->>> helpers.nvcc.show_ptx(ptx, "selu_vectorized_kernel<float, 4>", r"ld\\.global|st\\.global")
+>>> helpers.nvcc.show_ptx(ptx, "selu_vectorized_kernel<float, 4, false>", r"ld\\.global|st\\.global")
 >>> helpers.nvcc.ptxas_report("selu_vectorized.cu")                 # registers, spills, stack
 >>> helpers.nvcc.compile_source(cuda_text, "relu_inline").ptx     # doctest: +SKIP
 
@@ -154,7 +154,7 @@ def _source_path(filename: str) -> Path:
 
 
 def _cache_directory(source: Path, flags: list[str]) -> Path:
-    headers = sorted(env.KERNELS_DIR.glob("*.h*"))  # a kernel may include any of them
+    headers = build.kernel_headers()  # a kernel may include any of them
     digest = build.source_hash(
         source.read_text(),
         *(header.read_text() for header in headers),

@@ -1,7 +1,8 @@
 """The course's two figures, drawn from benchmark records.
 
 * :func:`throughput`: GB/s versus size, one line per variant, the copy roofline dashed;
-* :func:`roofline_bars`: each variant as a % of the copy's throughput at one size.
+* :func:`roofline_bars`: each variant as a % of the copy's throughput at one size;
+* :func:`selu_and_derivative`: the function and its derivative against float64.
 
 Both return the matplotlib Figure (a notebook shows it as the cell's value) and,
 with ``save_as``, write it as a PNG plus the plotted numbers as JSON beside it,
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatterSciNotation
 
@@ -84,15 +86,15 @@ def throughput(
     e.g. :func:`helpers.results.reference_label` for committed reference records.
     """
     chosen = _select(records, dtype=dtype, op=op)
-    names = variants if variants is not None else list(dict.fromkeys(r["variant"] for r in chosen))
-    missing = [n for n in names if not any(r["variant"] == n for r in chosen)]
+    names = variants if variants is not None else list(dict.fromkeys(results.label(r) for r in chosen))
+    missing = [n for n in names if not any(results.label(r) == n for r in chosen)]
     if missing:
-        raise ValueError(f"no records of {missing}; the records have {sorted({r['variant'] for r in chosen})}")
+        raise ValueError(f"no records of {missing}; the records have {sorted({results.label(r) for r in chosen})}")
 
     fig, ax = plt.subplots(figsize=THROUGHPUT_SIZE, layout="constrained")
     series = {}
     for name in names:
-        rows = sorted((r for r in chosen if r["variant"] == name), key=lambda r: r["numel"])
+        rows = sorted((r for r in chosen if results.label(r) == name), key=lambda r: r["numel"])
         x = [r["numel"] for r in rows]
         y, low, high = ([r[k] for r in rows] for k in ("gbps", "gbps_q20", "gbps_q80"))
         if name == COPY:
@@ -147,7 +149,7 @@ def roofline_bars(
 
     fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.45 * len(bars)), layout="constrained")
     pct = [r["pct_of_copy"] for r in bars]
-    drawn = ax.barh([r["variant"] for r in bars], pct, color="tab:blue", alpha=0.8)
+    drawn = ax.barh([results.label(r) for r in bars], pct, color="tab:blue", alpha=0.8)
     ax.bar_label(drawn, labels=[f"{p:.0f}%" for p in pct], padding=3, fontsize=8)
     ax.axvline(100, color="black", linestyle="--", linewidth=1.5, label=f"copy = 100% ({copy['gbps']:.0f} GB/s)")
     ax.set_xlim(0, max(115, max(pct) * 1.15))  # room for the labels past the longest bar
@@ -165,10 +167,47 @@ def roofline_bars(
         "device": copy.get("device"),
         "copy_gbps": copy["gbps"],
         "bars": [
-            {"variant": r["variant"], "pct_of_copy": r["pct_of_copy"], "gbps": r["gbps"], "median_ms": r["median_ms"]}
+            {"variant": r["variant"], "config": r.get("config"), "pct_of_copy": r["pct_of_copy"], "gbps": r["gbps"],
+             "median_ms": r["median_ms"]}
             for r in bars
         ],
     }
     _save(fig, data, save_as, chosen)
     plt.close(fig)
     return fig
+
+
+def selu_and_derivative(dtype: torch.dtype = torch.float32, low: float = -6.0, high: float = 3.0) -> tuple[Figure, dict]:
+    """``torch.selu`` in ``dtype`` and its autograd derivative, against float64 references.
+
+    The derivative's reference is λ for x > 0 and λα·eˣ otherwise. Returns the
+    figure and the largest error of each curve in ulps of ``dtype``
+    (``{"selu": ..., "derivative": ...}``).
+    """
+    from . import check
+
+    x = torch.linspace(low, high, 2001, dtype=torch.float64)
+    x_low = x.to(dtype).requires_grad_()
+    y_low = torch.selu(x_low)
+    (dy_low,) = torch.autograd.grad(y_low.sum(), x_low)
+    y_reference = check.selu_reference(x)
+    dy_reference = torch.where(x > 0, check.SELU_SCALE, check.SELU_SCALE * check.SELU_ALPHA * torch.exp(x))
+
+    name = dtype_name(dtype)
+    fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
+    ax_f.plot(x, y_reference, label="float64 reference")
+    ax_f.plot(x, y_low.detach().double(), "--", label=f"torch.selu, {name}")
+    ax_f.set_title("selu(x)")
+    ax_d.plot(x, dy_reference, label="float64 reference")
+    ax_d.plot(x, dy_low.double(), "--", label=f"autograd, {name}")
+    ax_d.set_title("d selu / dx")
+    for ax in (ax_f, ax_d):
+        ax.axvline(0, color="grey", lw=0.5)
+        ax.legend()
+        ax.set_xlabel("x")
+    plt.close(fig)
+    errors = {
+        "selu": int(check.ulp_distance(y_low.detach(), y_reference).max()),
+        "derivative": int(check.ulp_distance(dy_low, dy_reference).max()),
+    }
+    return fig, errors

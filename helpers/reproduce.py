@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     root = (args.output or output_root()).resolve()
-    # The kernels started by nbclient inherit this: notebooks write records there.
+    # The kernels started by nbclient inherit these: notebooks write records there,
+    # and draw no progress bars into the executed copies.
     os.environ["HELPERS_RESULTS_DIR"] = str(root / "results")
+    os.environ[env.HEADLESS_ENV_VAR] = "1"
     failures = 0
     for notebook in notebooks(args.prefixes):
         target = root / "notebooks" / notebook.name

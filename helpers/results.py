@@ -2,8 +2,13 @@
 
 One JSON file per device (``h100``, ``cpu``...), a list of the plain dicts that
 :func:`helpers.bench.measure` returns. Saving merges: a record replaces the one
-with the same (variant, op, dtype, numel) and leaves the others, so a notebook
-re-run updates its own rows without wiping another notebook's.
+with the same (variant, config, op, dtype, numel) and leaves the others, so a
+notebook re-run updates its own rows without wiping another notebook's.
+
+A record carries the run it came from (``run``) and its launch configuration
+(``config``) as fields. Its ratio to the copy is never stored: it is computed when
+records are read (:func:`pct_of_copy`), from the copy measured in the same run,
+so a stored ratio can never disagree with the stored times.
 
 Where they go: ``results/`` in the repository, or the folder named by the
 ``HELPERS_RESULTS_DIR`` environment variable (``make test`` points it at a scratch
@@ -19,11 +24,12 @@ from pathlib import Path
 import torch
 
 from . import env
-from .bench import COPY, add_roofline_ratios, dtype_name
+from .bench import COPY, dtype_name
 
 RESULTS_ENV_VAR = "HELPERS_RESULTS_DIR"
 BENCHMARKS_FILE = "benchmarks.json"
-RECORD_KEY = ("variant", "op", "dtype", "numel")
+RECORD_KEY = ("variant", "config", "op", "dtype", "numel")
+DERIVED_FIELDS = ("pct_of_copy",)  # computed on reading, never written
 SIGNIFICANT_DIGITS = 6  # far finer than run-to-run noise; keeps the JSON readable
 
 
@@ -37,12 +43,30 @@ def results_dir() -> Path:
 
 
 def _key(record: dict) -> tuple:
-    return tuple(record[k] for k in RECORD_KEY)
+    key = tuple(json.dumps(record.get(k), sort_keys=True) for k in RECORD_KEY)
+    # A copy is the yardstick of the run it was measured in: copies of different runs
+    # are kept side by side while their runs' records are (see _prune_copies).
+    return key + ((record.get("run"),) if record["variant"] == COPY else ())
+
+
+def _prune_copies(records: list[dict]) -> list[dict]:
+    """Drop a copy that no other record of its run needs, when a newer copy of the same
+    op, dtype and size is kept: each stored ratio keeps its yardstick, and re-running a
+    notebook does not pile up copies."""
+    runs_in_use = {r.get("run") for r in records if r["variant"] != COPY}
+    newest: dict[tuple, str] = {}
+    for r in records:
+        if r["variant"] == COPY:
+            where = (r["op"], r["dtype"], r["numel"])
+            newest[where] = max(newest.get(where, ""), r.get("run") or "")
+    return [r for r in records if r["variant"] != COPY or r.get("run") in runs_in_use
+            or (r.get("run") or "") == newest[(r["op"], r["dtype"], r["numel"])]]
 
 
 def _sort_key(record: dict) -> tuple:
     # Grouped as a reader scans the file: op, then dtype, then size, then variant.
-    return (record["op"], record["dtype"], record["numel"], record["variant"])
+    return (record["op"], record["dtype"], record["numel"], record["variant"],
+            json.dumps(record.get("config"), sort_keys=True), record.get("run") or "")
 
 
 def _rounded(value):
@@ -70,8 +94,8 @@ def save(records: list[dict], slug: str | None = None) -> Path:
         (slug,) = slugs
     path = results_dir() / slug / BENCHMARKS_FILE
     merged = {_key(r): r for r in load(slug, results_dir())}
-    merged.update({_key(r): {k: _rounded(v) for k, v in r.items()} for r in records})
-    text = json.dumps(sorted(merged.values(), key=_sort_key), indent=1, sort_keys=True) + "\n"
+    merged.update({_key(r): {k: _rounded(v) for k, v in r.items() if k not in DERIVED_FIELDS} for r in records})
+    text = json.dumps(sorted(_prune_copies(list(merged.values())), key=_sort_key), indent=1, sort_keys=True) + "\n"
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # Beside the target (one file system, so the rename is atomic), named per process
@@ -105,13 +129,76 @@ def load_reference(slug: str = env.REFERENCE_DEVICE_SLUG) -> list[dict]:
 
 
 def reference_label(records: list[dict]) -> str:
-    """``"reference: NVIDIA H100 80GB HBM3, 2026-11-20"``: where and when the records
-    were measured (the latest date), for the title of a figure drawn from them."""
+    """``"NVIDIA H100 80GB HBM3, 2026-11-20"``: where and when the records were measured
+    (the latest date), for the subtitle of a figure or table drawn from them."""
     if not records:
-        return "reference: no records"
+        return "no records"
     devices = sorted({r["device"] for r in records})
     dates = sorted({r["date"] for r in records})
-    return f"reference: {', '.join(devices)}, {dates[-1]}"
+    return f"{', '.join(devices)}, {dates[-1]}"
+
+
+# --------------------------------------------------------------------------- here, or the reference
+
+
+class Records(list):
+    """A list of records that knows where it came from: ``source`` is a line to show
+    above a table or figure, ``measured`` says whether this machine measured them."""
+
+    def __init__(self, records=(), *, source: str, measured: bool):
+        super().__init__(records)
+        self.source = source
+        self.measured = measured
+
+
+def here_or_reference(
+    measure,
+    *,
+    variants=None,
+    dtype=None,
+    numel: int | None = None,
+    op: str = "forward",
+    slug: str = env.REFERENCE_DEVICE_SLUG,
+) -> Records:
+    """Measure on this GPU, or show the committed reference: the one switch every GPU-only
+    measurement of the notebooks makes.
+
+    Where CUDA kernels can be built and run (:func:`helpers.env.can_build_cuda`),
+    ``measure()`` runs, its records are saved (:func:`save`) and returned.
+    Elsewhere the committed records of ``slug`` (``results/h100``) are returned,
+    filtered to ``variants`` (names; the copy is always kept), ``dtype``, ``numel``
+    and ``op``, and labelled as a reference.
+    """
+    if env.can_build_cuda():
+        records = measure()
+        save(records)
+        device = records[0]["device"] if records else env.describe().gpu
+        return Records(records, source=f"measured in this run on {device}", measured=True)
+    committed = reference(variants=variants, dtype=dtype, numel=numel, op=op, slug=slug)
+    return Records(committed, source=f"no GPU here; {committed.source}", measured=False)
+
+
+def reference(
+    *,
+    variants=None,
+    dtype=None,
+    numel: int | None = None,
+    op: str = "forward",
+    slug: str = env.REFERENCE_DEVICE_SLUG,
+) -> Records:
+    """The committed records of ``slug`` (``results/h100``), filtered to ``variants`` (names;
+    the copy is always kept), ``dtype``, ``numel`` and ``op``, labelled as a reference."""
+    wanted = None if variants is None else {*variants, COPY}
+    chosen = [r for r in _select(load_reference(slug), numel=numel, dtype=dtype, op=op)
+              if wanted is None or r["variant"] in wanted]
+    # The copies that are yardsticks of the chosen records (those of their runs), or
+    # every copy when only copies were asked for.
+    runs = {r.get("run") for r in chosen if r["variant"] != COPY}
+    if runs:
+        chosen = [r for r in chosen if r["variant"] != COPY or r.get("run") in runs]
+    if not chosen:
+        return Records([], source=f"no committed {slug.upper()} records of these yet", measured=False)
+    return Records(chosen, source=f"reference: {reference_label(chosen)}", measured=False)
 
 
 # --------------------------------------------------------------------------- tables
@@ -128,12 +215,54 @@ def _select(records: list[dict], *, numel=None, dtype=None, op=None) -> list[dic
     ]
 
 
+def _copy_of(record: dict, records: list[dict]) -> dict | None:
+    """The copy measured in the same run as ``record``, on the same op, dtype and size."""
+    for r in records:
+        if (r["variant"] == COPY and r.get("run") == record.get("run") and r["op"] == record["op"]
+                and r["dtype"] == record["dtype"] and r["numel"] == record["numel"]):
+            return r
+    return None
+
+
+def pct_of_copy(record: dict, records: list[dict]) -> float | None:
+    """``record``'s throughput as a % of the copy's in the same run (None if that run has none).
+
+    Throughputs rather than times, so that an op moving more bytes than the copy
+    (the backward pass) is not penalised for it; for the forward pass, which moves
+    the copy's bytes, this is exactly ``copy_ms / record_ms * 100``.
+    """
+    copy = _copy_of(record, records)
+    if copy is None:
+        return None
+    return record["bytes"] / record["median_ms"] / (copy["bytes"] / copy["median_ms"]) * 100
+
+
 def with_roofline_ratios(records: list[dict]) -> list[dict]:
-    """The records as they are if each has ``pct_of_copy``, else copies of them with
-    it computed (:func:`helpers.bench.add_roofline_ratios`); the inputs stay unchanged."""
-    if all("pct_of_copy" in r for r in records):
-        return records
-    return add_roofline_ratios([dict(r) for r in records])
+    """Copies of the records, each with ``pct_of_copy`` computed (:func:`pct_of_copy`)."""
+    return [{**r, "pct_of_copy": pct_of_copy(r, records)} for r in records]
+
+
+def config_label(config: dict | None) -> str:
+    """``"256 threads × 4 vectors, one-shot grid"`` for a launch configuration ('' for none)."""
+    if not config:
+        return ""
+    grid = "one-shot grid" if not config.get("max_blocks_per_sm") else f"≤ {config['max_blocks_per_sm']} blocks/SM"
+    return f"{config['threads_per_block']} threads × {config['vectors_per_thread']} vectors, {grid}"
+
+
+def label(record: dict) -> str:
+    """The variant's name, with its launch configuration where it has one."""
+    config = config_label(record.get("config"))
+    return f"{record['variant']} ({config})" if config else record["variant"]
+
+
+def find(records: list[dict], variant: str, *, config: dict | None = None, dtype=None, numel=None,
+         op: str = "forward") -> dict | None:
+    """The first record of ``variant`` (with exactly ``config``) and, where given, ``dtype`` and ``numel``."""
+    for r in _select(records, numel=numel, dtype=dtype, op=op):
+        if r["variant"] == variant and r.get("config") == config:
+            return r
+    return None
 
 
 def table(
@@ -142,6 +271,7 @@ def table(
     numel: int | None = None,
     dtype: torch.dtype | str | None = None,
     op: str = "forward",
+    title: str | None = None,
 ) -> str:
     """A Markdown table: variant, dtype, numel, median ms, GB/s, % of copy.
 
@@ -161,7 +291,7 @@ def table(
     for r in rows:
         pct = r.get("pct_of_copy")
         cells = [
-            f"**{r['variant']}**" if r["variant"] == COPY else r["variant"],
+            f"**{r['variant']}**" if r["variant"] == COPY else label(r),
             r["dtype"],
             f"{r['numel']:,}",
             f"{r['median_ms']:.4g}",
@@ -173,7 +303,9 @@ def table(
         lines.append("| " + " | ".join(cells) + " |")
     if not rows:
         lines.append("| " + " | ".join(["(no records)"] + [""] * (len(header) - 1)) + " |")
-    return "\n".join(lines)
+    if title is None and isinstance(records, Records):
+        title = records.source
+    return (f"*{title}*\n\n" if title else "") + "\n".join(lines)
 
 
 def display_table(
@@ -182,9 +314,10 @@ def display_table(
     numel: int | None = None,
     dtype: torch.dtype | str | None = None,
     op: str = "forward",
+    title: str | None = None,
 ) -> None:
     """:func:`table`, rendered as Markdown in Jupyter and printed elsewhere."""
-    text = table(records, numel=numel, dtype=dtype, op=op)
+    text = table(records, numel=numel, dtype=dtype, op=op, title=title)
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display

@@ -1,37 +1,57 @@
-// Input checks shared by the CPU and CUDA entry points: each failure says what
-// went wrong and what to do about it.
+// Input checks shared by the CPU and CUDA implementations: each failure says
+// what went wrong and what to do about it. `op` is the operator's name as the
+// caller wrote it, e.g. "selu_course::selu_vectorized".
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
 
 namespace selu_course {
 
-inline void check_floating(const torch::Tensor& x, const char* op) {
-  TORCH_CHECK(at::isFloatingType(x.scalar_type()), op,
-              ": expected a floating-point tensor (float32, float64, float16 or bfloat16), got ",
-              x.scalar_type(), ". SELU is defined on real numbers: convert first, e.g. x.float().");
+// The dtypes the kernels are compiled for. at::isFloatingType would also admit
+// the float8 types, which AT_DISPATCH_FLOATING_TYPES_AND2 then refuses with a
+// message about a dispatch name the caller never wrote: the check and the
+// dispatch must name the same four types.
+inline bool is_supported_float(at::ScalarType type) {
+  return type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16;
 }
 
-inline void check_float32(const torch::Tensor& x, const char* op) {
+inline void check_floating(const at::Tensor& x, const char* op) {
+  TORCH_CHECK(is_supported_float(x.scalar_type()), op,
+              ": expected a float32, float64, float16 or bfloat16 tensor, got ", x.scalar_type(),
+              ". SELU is defined on real numbers and these kernels are compiled for those four types: "
+              "convert first, e.g. x.float().");
+}
+
+inline void check_float32(const at::Tensor& x, const char* op) {
   TORCH_CHECK(x.scalar_type() == at::kFloat, op, ": this kernel handles float32 only, got ",
-              x.scalar_type(), ". Use x.float(), or the vectorized kernel of notebook 03, "
+              x.scalar_type(), ". Use x.float(), or selu_course::selu_vectorized (notebook 03), "
               "which dispatches over every floating dtype.");
 }
 
-inline void check_device(const torch::Tensor& x, c10::DeviceType expected, const char* op) {
+inline void check_device(const at::Tensor& x, c10::DeviceType expected, const char* op) {
   TORCH_CHECK(x.device().type() == expected, op, ": expected a ", c10::DeviceTypeName(expected),
               " tensor, got one on ", x.device(), ". Move it first: x.to('",
               c10::DeviceTypeName(expected, /*lower_case=*/true), "').");
 }
 
-inline void check_out(const torch::Tensor& x, const torch::Tensor& out, const char* op) {
-  TORCH_CHECK(out.sizes() == x.sizes(), op, ": out has shape ", out.sizes(), " but x has shape ",
-              x.sizes(), "; allocate it with torch.empty_like(x).");
-  TORCH_CHECK(out.scalar_type() == x.scalar_type(), op, ": out is ", out.scalar_type(),
-              " but x is ", x.scalar_type(), "; allocate it with torch.empty_like(x).");
-  TORCH_CHECK(out.device() == x.device(), op, ": out is on ", out.device(), " but x is on ",
-              x.device(), "; allocate it with torch.empty_like(x).");
-  TORCH_CHECK(out.is_contiguous(), op, ": out must be contiguous; allocate it with torch.empty_like(x).");
+// The launch knobs of selu_course::selu_vectorized_with_config, checked the same
+// way on every device (on the CPU they change nothing, but a value the CUDA
+// kernel would refuse is refused there too).
+inline void check_launch_config(int64_t threads_per_block, int64_t vectors_per_thread,
+                                int64_t max_blocks_per_sm, const char* op) {
+  TORCH_CHECK(threads_per_block == 64 || threads_per_block == 128 || threads_per_block == 256 ||
+                  threads_per_block == 512 || threads_per_block == 1024,
+              op, ": threads_per_block must be 64, 128, 256, 512 or 1024 (whole warps, at most 1024 per "
+              "block), got ", threads_per_block, ".");
+  TORCH_CHECK(vectors_per_thread == 1 || vectors_per_thread == 2 || vectors_per_thread == 4 ||
+                  vectors_per_thread == 8,
+              op, ": vectors_per_thread must be 1, 2, 4 or 8 (the kernel is compiled for these), got ",
+              vectors_per_thread, ".");
+  TORCH_CHECK(max_blocks_per_sm >= 0, op, ": max_blocks_per_sm must be 0 (one block per tile, a one-shot "
+              "grid) or k > 0 (at most k blocks per SM, grid-stride loop), got ", max_blocks_per_sm, ".");
 }
 
 }  // namespace selu_course

@@ -20,6 +20,7 @@ namespace selu_course {
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
 
+// region: expm1
 // expm1 with the precision of its argument. expm1(x) is exact to an ulp even
 // where exp(x) - 1 cancels catastrophically (|x| << 1).
 SELU_HOST_DEVICE float expm1_of(float x) { return expm1f(x); }
@@ -37,6 +38,7 @@ SELU_HOST_DEVICE T selu(T x) {
   const T negative_coef = static_cast<T>(kSeluAlpha) * scale;
   return x > T(0) ? x * scale : expm1_of(x) * negative_coef;
 }
+// endregion
 
 // d selu / dx, for the backward kernels of later notebooks.
 template <typename T>
@@ -52,25 +54,8 @@ SELU_HOST_DEVICE T relu(T x) {
   return x < T(0) ? T(0) : x;
 }
 
-// ---------------------------------------------------------------------------
-// First-draft mistakes, kept so that notebook 02 can run them and the harness
-// can catch them. Never call these from a real kernel.
-// ---------------------------------------------------------------------------
-
-// Forgets the "- 1": off by lambda*alpha = 1.758 for every negative input.
-SELU_HOST_DEVICE float selu_missing_minus_one(float x) {
-  const float scale = static_cast<float>(kSeluScale);
-  return x > 0.f ? x * scale : expf(x) * (static_cast<float>(kSeluAlpha) * scale);
-}
-
-// exp(x) - 1 instead of expm1(x): right for large |x|, but near 0 exp(x) rounds
-// to 1 +- an ulp and the subtraction keeps only that rounding error.
-SELU_HOST_DEVICE float selu_expf_minus_one(float x) {
-  const float scale = static_cast<float>(kSeluScale);
-  return x > 0.f ? x * scale : (expf(x) - 1.f) * (static_cast<float>(kSeluAlpha) * scale);
-}
-
-// Element functors, so that one kernel template serves every variant.
+// Element functors, so that one kernel template serves every variant (the
+// first drafts of mistakes_math.cuh are functors of the same shape).
 struct SeluOp {
   template <typename T>
   SELU_HOST_DEVICE T operator()(T x) const { return selu(x); }
@@ -78,12 +63,6 @@ struct SeluOp {
 struct ReluOp {
   template <typename T>
   SELU_HOST_DEVICE T operator()(T x) const { return relu(x); }
-};
-struct SeluMissingMinusOneOp {
-  SELU_HOST_DEVICE float operator()(float x) const { return selu_missing_minus_one(x); }
-};
-struct SeluExpfMinusOneOp {
-  SELU_HOST_DEVICE float operator()(float x) const { return selu_expf_minus_one(x); }
 };
 
 }  // namespace selu_course

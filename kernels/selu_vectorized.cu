@@ -8,10 +8,12 @@
 //     doubles, where the naive kernel's moves one element;
 //   * VECTORS_PER_THREAD independent loads issued before any math, so that each
 //     thread has several requests outstanding instead of waiting on each one;
-//   * read-only loads (ld.global.nc) through __ldg;
 //   * 64-bit indexing, and a grid that can be capped and loop over tiles.
-#include "selu_ops.h"
-
+//   * read-only loads (ld.global.nc, through __ldg) where x is only read, and
+//     plain coherent loads where out is x itself (an in-place out=): a read-only
+//     load of memory that the same kernel writes is undefined, so each launch
+//     picks one of two instantiations by whether the pointers are equal. The
+//     pointers are never declared __restrict__, for the same reason.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 
@@ -22,21 +24,24 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "elementwise.h"
 #include "selu_checks.h"
 #include "selu_math.cuh"
 
 namespace selu_course {
 namespace {
 
+// region: vectors
 constexpr int kVectorBytes = 16;            // the widest load a thread can issue
 constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
 
-// The built-in type that moves 16 bytes of T in one instruction: CUDA has
-// 16-byte __ldg overloads for these. Half types travel as four 32-bit words.
+// The built-in type that moves 16 bytes of T in one instruction (ld.global.v4,
+// ld.global.v2.f64). Half types travel as four 32-bit words.
 template <typename T> struct VectorOf;
 template <> struct VectorOf<float> { using type = float4; };
 template <> struct VectorOf<double> { using type = double2; };
@@ -62,7 +67,9 @@ __device__ __forceinline__ T selu_element(T value) {
   using opmath_t = at::opmath_type<T>;
   return static_cast<T>(selu(static_cast<opmath_t>(value)));
 }
+// endregion
 
+// region: kernel
 // The roofline kernel. x and y must be 16-byte aligned (the launcher checks).
 //
 // The vectors are cut into tiles of blockDim.x * VECTORS_PER_THREAD; block b
@@ -71,8 +78,11 @@ __device__ __forceinline__ T selu_element(T value) {
 // tile, thread t handles vectors t, t + blockDim.x, t + 2 * blockDim.x, ...:
 // at each step the threads of a warp touch 32 consecutive vectors, 512
 // contiguous bytes, so every access is fully coalesced.
-template <typename T, int VECTORS_PER_THREAD>
-__global__ void selu_vectorized_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel) {
+//
+// IN_PLACE says whether y is x: then x is written by this kernel, and its loads
+// must be plain ones; otherwise they go through the read-only path.
+template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE>
+__global__ void selu_vectorized_kernel(const T* x, T* y, int64_t numel) {
   using Vector = typename VectorOf<T>::type;
   const Vector* x_vectors = reinterpret_cast<const Vector*>(x);
   Vector* y_vectors = reinterpret_cast<Vector*>(y);
@@ -83,13 +93,16 @@ __global__ void selu_vectorized_kernel(const T* __restrict__ x, T* __restrict__ 
     Pack<T> packs[VECTORS_PER_THREAD];
     // 1. Load. The loads do not depend on each other and nothing uses them yet,
     //    so all VECTORS_PER_THREAD of them are in flight at once: the thread
-    //    waits for memory once per tile, not once per vector. __ldg is the
-    //    read-only load (ld.global.nc): x is not written by this kernel.
+    //    waits for memory once per tile, not once per vector.
 #pragma unroll
     for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
       const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
       if (i < num_vectors) {  // the last tile may be partial
-        packs[v].vector = __ldg(x_vectors + i);
+        if constexpr (IN_PLACE) {
+          packs[v].vector = x_vectors[i];  // ld.global: this kernel also writes x
+        } else {
+          packs[v].vector = __ldg(x_vectors + i);  // ld.global.nc: x is only read
+        }
       }
     }
     // 2. Compute in registers and store, 16 bytes at a time.
@@ -113,7 +126,9 @@ __global__ void selu_vectorized_kernel(const T* __restrict__ x, T* __restrict__ 
     y[tail_index] = selu_element(x[tail_index]);
   }
 }
+// endregion
 
+// region: scalar_fallback
 // The fallback when x or y is not 16-byte aligned (a view such as x[1:] starts
 // 4 bytes into an allocation): a 16-byte load from an address that is not a
 // multiple of 16 is a misaligned-address fault, so this kernel does one
@@ -121,12 +136,13 @@ __global__ void selu_vectorized_kernel(const T* __restrict__ x, T* __restrict__ 
 // peel the first elements until both pointers align, when their misalignments
 // are equal; views like this are rare enough that correctness is what matters.)
 template <typename T>
-__global__ void selu_scalar_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel) {
+__global__ void selu_scalar_kernel(const T* x, T* y, int64_t numel) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
     y[i] = selu_element(x[i]);
   }
 }
+// endregion
 
 // ---------------------------------------------------------------------------
 // Host side: choosing the grid and the kernel.
@@ -138,25 +154,28 @@ struct LaunchConfig {
   int64_t max_blocks_per_sm;  // 0: one block per tile (one-shot grid)
 };
 
+// region: default_config
 // The default launch, chosen from notebook 03's measurements on an H100 at the
-// reference size. fp32 and fp64: one 16-byte vector per thread already puts
-// four times the bytes in flight that Little's law asks for; more vectors only
-// made each block's loads and stores come in longer bursts (fp32: 100.4% of the
-// copy with 1 vector, 99.4% with 4) and gave small tensors 4x fewer blocks.
-// fp16 and bf16 do twice the math per byte, and need several vectors per
-// thread to overlap it with memory (bf16: 85.7% of copy with 1 vector in
-// 128-thread blocks, 97.9% with 4 in 256). A one-shot grid: no loop overhead,
-// and the hardware schedules blocks as SMs free up.
+// reference size (section 5 times every configuration; its tables are the
+// evidence). fp32 and fp64: one 16-byte vector per thread already puts several
+// times the bytes in flight that Little's law asks for; more vectors made each
+// block's loads and stores come in longer bursts and gave small tensors fewer
+// blocks. fp16 and bf16 do twice the math per byte, and need several vectors
+// per thread to overlap it with memory. A one-shot grid: no loop overhead, and
+// the hardware schedules blocks as SMs free up.
 LaunchConfig default_config(at::ScalarType dtype) {
   const int vectors_per_thread = c10::elementSize(dtype) >= 4 ? 1 : 4;
   return LaunchConfig{256, vectors_per_thread, 0};
 }
+// endregion
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// region: alignment
 bool is_16_byte_aligned(const void* pointer) {
   return reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
 }
+// endregion
 
 int multiprocessor_count(c10::DeviceIndex device) {
   int count = 0;
@@ -164,6 +183,7 @@ int multiprocessor_count(c10::DeviceIndex device) {
   return count;
 }
 
+// region: grid
 // gridDim.x for a kernel that needs `blocks_needed` blocks to cover the tensor
 // once: all of them for a one-shot grid, at most k per SM for a capped grid
 // (the kernels' grid-stride loops do the rest). At least one block, so that
@@ -183,12 +203,20 @@ void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& conf
   const int64_t num_vectors = numel / kElementsPerVector<T>;
   const int64_t tiles = ceil_div(num_vectors, int64_t{config.threads_per_block} * VECTORS_PER_THREAD);
   const unsigned int blocks = grid_size(tiles, config, stream.device_index());
-  selu_vectorized_kernel<T, VECTORS_PER_THREAD><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+  // x and y either are the same memory (in place) or do not overlap at all: the
+  // operators refuse a partial overlap before they get here (elementwise.h).
+  if (x == y) {
+    selu_vectorized_kernel<T, VECTORS_PER_THREAD, true><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+  } else {
+    selu_vectorized_kernel<T, VECTORS_PER_THREAD, false><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+  }
   // Launch errors are only reported when asked for; without this check they
   // surface at some later, unrelated CUDA call.
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+// endregion
 
+// region: launch
 template <typename T>
 void launch_selu(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
   if (!is_16_byte_aligned(x) || !is_16_byte_aligned(y)) {
@@ -206,74 +234,66 @@ void launch_selu(const T* x, T* y, int64_t numel, const LaunchConfig& config, c1
     case 4: return launch_vectorized<T, 4>(x, y, numel, config, stream);
     case 8: return launch_vectorized<T, 8>(x, y, numel, config, stream);
   }
-  TORCH_CHECK(false, "selu_vectorized: no kernel for vectors_per_thread = ", config.vectors_per_thread);
+  TORCH_CHECK(false, "selu_course::selu_vectorized: no kernel for vectors_per_thread = ", config.vectors_per_thread);
 }
+// endregion
 
-void check_input(const torch::Tensor& x, const char* op) {
+void check_input(const at::Tensor& x, const char* op) {
   check_device(x, c10::DeviceType::CUDA, op);
   check_floating(x, op);
 }
 
-// selu(x) into `out` (contiguous, same shape, dtype and device as x).
-//
-// Non-contiguous input is not an error: the kernel runs on x.contiguous(), so
-// the result is correct, at the cost of one extra copy (contiguous() returns x
-// itself when it already is).
-void selu_into(const torch::Tensor& x, torch::Tensor& out, const LaunchConfig& config) {
-  const torch::Tensor x_contiguous = x.contiguous();
-  const int64_t numel = x_contiguous.numel();
+// region: dispatch
+// selu over src into out: dense tensors of one layout (see elementwise.h), so
+// the kernel walks both linearly. AT_DISPATCH_FLOATING_TYPES_AND2 instantiates
+// the launcher for fp64, fp32, fp16 and bf16, naming the type scalar_t.
+void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& config) {
+  const int64_t numel = src.numel();
   if (numel == 0) {
     return;  // a grid of 0 blocks is an invalid launch configuration
   }
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "selu_vectorized", [&] {
-    launch_selu<scalar_t>(x_contiguous.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), numel,
-                          config, stream);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "selu_vectorized", [&] {
+    launch_selu<scalar_t>(src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), numel, config,
+                          stream);
   });
 }
+// endregion
 
-torch::Tensor selu_new_tensor(const torch::Tensor& x, const LaunchConfig& config, const char* op) {
-  check_input(x, op);
+at::Tensor selu_with(const at::Tensor& x, const LaunchConfig& config) {
   // Allocate and launch on x's GPU, not on whichever GPU happens to be current.
   const c10::cuda::CUDAGuard device_guard(x.device());
-  // empty_like, not zeros_like: the kernel writes every element, and
-  // zero-filling first would be a whole extra pass over memory. Contiguous
-  // (not x's strides): the kernel writes linearly.
-  torch::Tensor out = torch::empty_like(x, at::MemoryFormat::Contiguous);
-  selu_into(x, out, config);
-  return out;
+  return unary_new_tensor(x, [&](const at::Tensor& src, at::Tensor& out) { selu_dense(src, out, config); });
+}
+
+at::Tensor selu_vectorized(const at::Tensor& x) {
+  check_input(x, "selu_course::selu_vectorized");
+  return selu_with(x, default_config(x.scalar_type()));
+}
+
+void selu_vectorized_out(const at::Tensor& x, at::Tensor& out) {
+  constexpr const char* op = "selu_course::selu_vectorized.out";
+  check_input(x, op);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const LaunchConfig config = default_config(x.scalar_type());
+  unary_out(op, x, out, [&](const at::Tensor& src, at::Tensor& dst) { selu_dense(src, dst, config); });
+}
+
+at::Tensor selu_vectorized_with_config(const at::Tensor& x, int64_t threads_per_block, int64_t vectors_per_thread,
+                                       int64_t max_blocks_per_sm) {
+  constexpr const char* op = "selu_course::selu_vectorized_with_config";
+  check_input(x, op);
+  check_launch_config(threads_per_block, vectors_per_thread, max_blocks_per_sm, op);
+  return selu_with(x, LaunchConfig{static_cast<int>(threads_per_block), static_cast<int>(vectors_per_thread),
+                                   max_blocks_per_sm});
 }
 
 }  // namespace
 
-torch::Tensor selu(const torch::Tensor& x) {
-  return selu_new_tensor(x, default_config(x.scalar_type()), "selu");
-}
-
-torch::Tensor selu_out(const torch::Tensor& x, torch::Tensor out) {
-  check_input(x, "selu_out");
-  check_out(x, out, "selu_out");
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  selu_into(x, out, default_config(x.scalar_type()));
-  return out;
-}
-
-torch::Tensor selu_with_config(const torch::Tensor& x, int64_t threads_per_block, int64_t vectors_per_thread,
-                               int64_t max_blocks_per_sm) {
-  TORCH_CHECK(threads_per_block == 64 || threads_per_block == 128 || threads_per_block == 256 ||
-                  threads_per_block == 512 || threads_per_block == 1024,
-              "selu_with_config: threads_per_block must be 64, 128, 256, 512 or 1024 (whole warps, at most "
-              "1024 per block), got ", threads_per_block, ".");
-  TORCH_CHECK(vectors_per_thread == 1 || vectors_per_thread == 2 || vectors_per_thread == 4 ||
-                  vectors_per_thread == 8,
-              "selu_with_config: vectors_per_thread must be 1, 2, 4 or 8 (the kernel is compiled for "
-              "these), got ", vectors_per_thread, ".");
-  TORCH_CHECK(max_blocks_per_sm >= 0, "selu_with_config: max_blocks_per_sm must be 0 (one block per "
-              "tile, a one-shot grid) or k > 0 (at most k blocks per SM, grid-stride loop), got ",
-              max_blocks_per_sm, ".");
-  const LaunchConfig config{static_cast<int>(threads_per_block), static_cast<int>(vectors_per_thread),
-                            max_blocks_per_sm};
-  return selu_new_tensor(x, config, "selu_with_config");
+TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
+  m.impl("selu_vectorized", &selu_vectorized);
+  m.impl("selu_vectorized.out", &selu_vectorized_out);
+  m.impl("selu_vectorized_with_config", &selu_vectorized_with_config);
 }
 
 }  // namespace selu_course

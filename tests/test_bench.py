@@ -9,11 +9,11 @@ import types
 import pytest
 import torch
 
-from helpers import bench
+from helpers import bench, results
 
 REQUIRED_KEYS = {
     "variant", "op", "dtype", "numel", "bytes", "median_ms", "q20_ms", "q80_ms", "gbps", "gbps_q20",
-    "gbps_q80", "n", "method", "device", "device_slug", "torch", "date", "pct_of_copy",
+    "gbps_q80", "n", "method", "device", "device_slug", "torch", "date", "run", "config",
 }  # fmt: skip
 
 REFERENCE_NUMEL = 4096 * 393216  # the course's reference problem, 1.61 G elements
@@ -58,14 +58,14 @@ def test_roofline_ms_is_bytes_over_bandwidth():
     assert bench.gbps(bench.bytes_moved(2**20, "bfloat16"), ms) == pytest.approx(1234.0)
 
 
-def _fake(variant, median_ms, *, numel=2**20, op="forward", dtype="float32", slug="h100", nbytes=None):
+def _fake(variant, median_ms, *, numel=2**20, op="forward", dtype="float32", run="run-a", nbytes=None):
     return {
         "variant": variant, "op": op, "dtype": dtype, "numel": numel, "median_ms": median_ms,
-        "bytes": nbytes if nbytes is not None else bench.bytes_moved(numel, dtype), "device_slug": slug,
+        "bytes": nbytes if nbytes is not None else bench.bytes_moved(numel, dtype), "run": run,
     }  # fmt: skip
 
 
-def test_pct_of_copy_is_copy_time_over_variant_time_matched_on_size_dtype_op_device():
+def test_pct_of_copy_is_copy_time_over_variant_time_of_the_same_run_size_dtype_and_op():
     records = [
         _fake("copy", 2.0),
         _fake("slow", 2.5),  # 2.0 / 2.5 = 80%
@@ -73,15 +73,19 @@ def test_pct_of_copy_is_copy_time_over_variant_time_matched_on_size_dtype_op_dev
         _fake("copy", 1.0, numel=2**21),
         _fake("other_size", 4.0, numel=2**21),  # 25%: its own size's copy, not 2**20's
         _fake("bf16", 1.0, dtype="bfloat16"),  # no bf16 copy: no ratio
-        _fake("elsewhere", 1.0, slug="cpu"),  # another machine's copy is no yardstick
+        _fake("copy", 0.5, run="run-b"),
+        _fake("other_run", 1.0, run="run-b"),  # 50%: its own run's copy, not run-a's
+        _fake("lonely", 1.0, run="run-c"),  # a run without a copy has no yardstick
     ]
-    out = {r["variant"] + str(r["numel"]): r["pct_of_copy"] for r in bench.add_roofline_ratios(records)}
+    out = {r["variant"] + str(r["numel"]): r["pct_of_copy"] for r in results.with_roofline_ratios(records)}
     assert out["copy1048576"] == pytest.approx(100.0)
     assert out["slow1048576"] == pytest.approx(80.0)
     assert out["fast1048576"] == pytest.approx(100.0)
     assert out["other_size2097152"] == pytest.approx(25.0)
     assert out["bf161048576"] is None
-    assert out["elsewhere1048576"] is None
+    assert out["other_run1048576"] == pytest.approx(50.0)
+    assert out["lonely1048576"] is None
+    assert all("pct_of_copy" not in r for r in records)  # computed on reading, never stored
 
 
 def test_pct_of_copy_compares_throughput_when_the_op_moves_more_bytes_than_the_copy():
@@ -89,8 +93,7 @@ def test_pct_of_copy_compares_throughput_when_the_op_moves_more_bytes_than_the_c
     numel = 2**20
     copy = _fake("copy", 2.0, op="backward")
     grad = _fake("grad", 3.0, op="backward", nbytes=bench.bytes_moved(numel, "float32", reads=2, writes=1))
-    bench.add_roofline_ratios([copy, grad])
-    assert grad["pct_of_copy"] == pytest.approx(100.0)
+    assert results.pct_of_copy(grad, [copy, grad]) == pytest.approx(100.0)
 
 
 # --------------------------------------------------------------------------- timing
@@ -193,9 +196,27 @@ def test_measure_times_the_copy_and_each_variant_into_json_ready_records():
         assert r["gbps_q20"] <= r["gbps"] <= r["gbps_q80"]
         assert r["device_slug"] == "cpu" and r["method"] == "torch.utils.benchmark"
         assert r["torch"] == torch.__version__
-    assert records[0]["pct_of_copy"] == pytest.approx(100.0)
-    assert records[1]["pct_of_copy"] == pytest.approx(records[0]["median_ms"] / records[1]["median_ms"] * 100)
+        assert r["config"] is None and "pct_of_copy" not in r
+    assert len({r["run"] for r in records}) == 1  # one call, one run: ratios are taken within it
+    assert results.pct_of_copy(records[1], records) == pytest.approx(
+        records[0]["median_ms"] / records[1]["median_ms"] * 100
+    )
     assert json.loads(json.dumps(records)) == records
+    again = bench.measure({"torch_eager": torch.selu}, 2**14, device="cpu")
+    assert again[0]["run"] != records[0]["run"]
+
+
+def test_a_variant_carries_its_launch_configuration_as_a_field():
+    config = bench.launch_config(128, 2, 0)
+    variants = {
+        "a": bench.Variant(torch.selu, "selu_vectorized", config),
+        "b": bench.Variant(torch.selu, "selu_vectorized", bench.launch_config(256, 4, 8)),
+    }
+    records = bench.measure(variants, 2**12, device="cpu", include_copy=False)
+    assert [r["variant"] for r in records] == ["selu_vectorized", "selu_vectorized"]
+    assert records[0]["config"] == {"threads_per_block": 128, "vectors_per_thread": 2, "max_blocks_per_sm": 0}
+    assert results.label(records[1]) == "selu_vectorized (256 threads × 4 vectors, ≤ 8 blocks/SM)"
+    assert results.find(records, "selu_vectorized", config=config) is records[0]
 
 
 def test_measure_uses_a_given_input_and_refuses_the_roofline_name():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers import bench
+from helpers import bench, results
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,7 @@ def test_measure_repeated_returns_the_first_run_with_every_median(monkeypatch):
         assert len(r["repeat_medians_ms"]) == 3
         assert r["repeat_medians_ms"][0] == pytest.approx(r["median_ms"], rel=1e-5)  # the first run's record
         assert bench.spread_ms(r) == pytest.approx(max(r["repeat_medians_ms"]) - min(r["repeat_medians_ms"]))
-    assert records[1]["pct_of_copy"] is not None
+    assert results.pct_of_copy(records[1], records) is not None  # the copy of the same run
 
 
 def test_measure_repeated_uses_the_given_input_and_checks_repeats():

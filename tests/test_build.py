@@ -1,5 +1,11 @@
-"""The build helper: backend choice, cache naming, and an error that says what to do for each failure."""
+"""The build helper (helpers/build.py): backend choice, library naming and caching, the
+marked regions of the kernel files, and an error that says what to do for each failure.
+
+The operators' behaviour once loaded is tested in tests/test_ops.py; here, what
+``build.load`` and ``build.pybind_extension`` do before and around that.
+"""
 import os
+import re
 import time
 
 import pytest
@@ -7,12 +13,17 @@ import torch
 
 from helpers import build, env
 
+KERNEL_FILES = sorted(path.name for path in env.KERNELS_DIR.iterdir() if path.suffix in (".cu", ".cpp", ".h", ".cuh"))
+
 
 def test_auto_backend_follows_the_machine():
     expected = "cuda" if env.can_build_cuda() else "cpu"
     assert build.resolve_backend("auto") == expected
-    with pytest.raises(build.BuildError, match="backend must be"):
-        build.resolve_backend("tpu")
+    with pytest.raises(build.BuildError, match="backend must be 'auto', 'cuda' or 'cpu', not 'tpu'"):
+        build.load("selu_naive", backend="tpu")
+
+
+# ----------------------------------------------------------------------------- a missing toolchain
 
 
 def test_missing_ninja_says_how_to_install_it(monkeypatch):
@@ -20,31 +31,43 @@ def test_missing_ninja_says_how_to_install_it(monkeypatch):
 
     monkeypatch.setattr(cpp, "is_ninja_available", lambda: False)
     with pytest.raises(build.BuildError, match=r"ninja is not installed.*pip install ninja"):
-        build.build("selu_naive", backend="cpu")
+        build.load("selu_naive", backend="cpu")
 
 
 def test_missing_compiler_says_how_to_install_one(monkeypatch):
     monkeypatch.setattr(env, "cxx_path", lambda: None)
     with pytest.raises(build.BuildError, match=r"No C\+\+ compiler.*apt-get install g\+\+"):
-        build.build("selu_naive", backend="cpu")
+        build.load("selu_naive", backend="cpu")
 
 
 def test_cpu_only_torch_asked_for_cuda(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None)
     with pytest.raises(build.BuildError, match=r"CPU-only build.*backend='cpu'"):
-        build.build("selu_naive", backend="cuda")
+        build.load("selu_naive", backend="cuda")
 
 
 def test_missing_nvcc(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(env, "nvcc_path", lambda: None)
     with pytest.raises(build.BuildError, match=r"nvcc .*was not found.*CUDA_HOME"):
-        build.build("selu_naive", backend="cuda")
+        build.load("selu_naive", backend="cuda")
+
+
+def test_no_gpu_asked_for_cuda(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(env, "nvcc_path", lambda: "/usr/local/cuda/bin/nvcc")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(build.BuildError, match=r"torch sees no GPU.*backend='cpu'"):
+        build.load("selu_naive", backend="cuda")
 
 
 def test_unknown_kernel_lists_the_known_ones():
-    with pytest.raises(build.BuildError, match="selu_naive"):
-        build.build("selu_fastest")
+    with pytest.raises(build.BuildError, match="Unknown kernel 'selu_fastest'; known kernels: "
+                       + ", ".join(build.KERNELS)):
+        build.load("selu_fastest")
+
+
+# ----------------------------------------------------------------------------- a lock left by a killed build
 
 
 def test_stale_lock_is_reported_not_waited_on(tmp_path):
@@ -57,44 +80,150 @@ def test_stale_lock_is_reported_not_waited_on(tmp_path):
         build.check_stale_lock(tmp_path)
 
 
-def test_extension_name_changes_with_every_source():
-    bindings = build.binding_source(("selu",))
-    base = build.source_hash(bindings, "kernel v1", "flags")
-    assert base == build.source_hash(bindings, "kernel v1", "flags")
-    assert base != build.source_hash(bindings, "kernel v2", "flags")
-    assert base != build.source_hash(bindings, "kernel v1", "-O0")
-    assert base != build.source_hash(build.binding_source(("selu", "selu_out")), "kernel v1", "flags")
+def test_load_fails_fast_on_a_stale_lock(monkeypatch, tmp_path):
+    # torch's builder would wait for the lock forever; load must say so instead.
+    lock = tmp_path / "lock"
+    lock.touch()
+    old = time.time() - 2 * build.STALE_LOCK_SECONDS
+    os.utime(lock, (old, old))
+    monkeypatch.setattr(build, "build_directory", lambda name: tmp_path)
+    monkeypatch.setattr(build, "_LOADED", {})  # as in a fresh process: nothing loaded, so a build is due
+    with pytest.raises(build.BuildError, match=r"interrupted.*remove_stale_lock") as info:
+        build.load("mistakes", backend="cpu")
+    assert str(env.REPO_ROOT) not in str(info.value)
 
 
-def test_bindings_use_the_shared_declarations():
-    text = build.binding_source(("selu", "selu_out"))
-    assert '#include "selu_ops.h"' in text
-    assert 'm.def("selu", &selu_course::selu' in text and "&selu_course::selu_out" in text
+def test_remove_stale_lock(monkeypatch, tmp_path):
+    monkeypatch.setattr(build, "EXTENSIONS_DIR", tmp_path)
+    (tmp_path / "some_extension").mkdir()
+    (tmp_path / "some_extension" / "lock").touch()
+    assert build.remove_stale_lock("some_extension") is True
+    assert not (tmp_path / "some_extension" / "lock").exists()
+    assert build.remove_stale_lock("some_extension") is False
+
+
+# ----------------------------------------------------------------------------- names, paths, caching
+
+
+def test_hash_changes_with_every_part():
+    base = build.source_hash("kernel v1", "headers", "-O3")
+    assert base == build.source_hash("kernel v1", "headers", "-O3")
+    assert re.fullmatch(r"[0-9a-f]{12}", base)
+    assert base != build.source_hash("kernel v2", "headers", "-O3")
+    assert base != build.source_hash("kernel v1", "headers!", "-O3")
+    assert base != build.source_hash("kernel v1", "headers", "-O0")
+    # The parts are separated: moving text from one part to the next is a change.
+    assert build.source_hash("ab", "c") != build.source_hash("a", "bc")
+
+
+def test_every_header_goes_into_the_hash():
+    # A kernel may include any header of kernels/, so all of them are hashed: editing
+    # selu_math.cuh rebuilds every kernel.
+    headers = {path.name for path in build.kernel_headers()}
+    assert headers == {path.name for path in env.KERNELS_DIR.iterdir() if path.suffix in (".h", ".cuh", ".hpp")}
+    assert {"selu_math.cuh", "elementwise.h", "selu_checks.h"} <= headers
 
 
 def test_relative_paths_hide_this_checkout():
-    text = f"error in {env.REPO_ROOT}/kernels/selu_naive.cu:12"
-    assert build.relative_paths(text) == "error in kernels/selu_naive.cu:12"
+    text = f"error in {env.REPO_ROOT}/kernels/selu_naive.cu:12 (built in {env.REPO_ROOT})"
+    assert build.relative_paths(text) == "error in kernels/selu_naive.cu:12 (built in .)"
 
 
-def test_cpu_build_imports_and_is_cached():
-    first = build.build("selu_naive", backend="cpu")
-    assert first.backend == "cpu"
+def test_every_kernel_names_existing_sources_and_operators():
+    from helpers import ops
+
+    for kernel, spec in build.KERNELS.items():
+        assert (env.KERNELS_DIR / spec.cpu_source).is_file(), kernel
+        assert (env.KERNELS_DIR / spec.cuda_source).is_file(), kernel
+        assert set(spec.operators) <= set(ops.SCHEMAS), kernel
+        for source in (spec.cpu_source, spec.cuda_source):
+            text = (env.KERNELS_DIR / source).read_text()
+            for operator in spec.operators:
+                assert f'm.impl("{operator}"' in text, (source, operator)
+    # Every operator is implemented by some kernel.
+    assert {op for spec in build.KERNELS.values() for op in spec.operators} == set(ops.SCHEMAS)
+
+
+def test_cpu_load_registers_the_operators_and_is_cached():
+    first = build.load("selu_naive", backend="cpu")
+    assert first.kernel == "selu_naive" and first.operators == build.KERNELS["selu_naive"].operators
+    assert first.devices == ["cpu"]
+    library = first.libraries[0]
+    assert re.fullmatch(r"selu_cpu_cpu_[0-9a-f]{12}", library.name)
+    assert library.path.is_file() and env.BUILD_DIR in library.path.parents
+    for operator in first.operators:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"selu_course::{operator}", "CPU"), operator
     x = torch.randn(1000)
-    torch.testing.assert_close(first.selu(x), torch.selu(x))
-    again = build.build("selu_vectorized", backend="cpu")  # one CPU build serves every kernel
-    assert again.extension_name == first.extension_name
+    torch.testing.assert_close(torch.ops.selu_course.selu_naive(x), torch.selu(x))
+    # One CPU library serves the naive and the vectorized kernels: the second load
+    # neither rebuilds nor reloads it.
+    again = build.load("selu_vectorized", backend="cpu")
+    assert again.libraries[0].name == library.name
+    assert again.build_seconds == 0
+    assert "CPU from kernels/selu_cpu.cpp" in str(again) and "selu_course::selu_vectorized.out" in str(again)
+
+
+# ----------------------------------------------------------------------------- notebook 02's two-file extension
 
 
 def test_mismatched_extern_c_declaration_is_an_import_error_with_advice():
-    wrong = 'namespace selu_course { extern "C" torch::Tensor selu(const torch::Tensor& x); }'
-    with pytest.raises(build.BuildError, match=r"(?s)undefined symbol: selu\b.*same declaration") as info:
-        build.build("selu_naive", backend="cpu", declarations=wrong, functions=("selu",))
+    # The binding file declares relu with C linkage, the definition has C++
+    # linkage (a mangled name): both compile, the library links (undefined
+    # symbols are allowed in a shared library), and only the import fails.
+    with pytest.raises(build.BuildError, match=r"(?s)undefined symbol: relu\b.*same declaration") as info:
+        build.pybind_extension(
+            "extern_c_mismatch",
+            declarations='extern "C" at::Tensor relu(const at::Tensor& x);',
+            definitions="#include <ATen/core/Tensor.h>\n\n"
+            "at::Tensor relu(const at::Tensor& x) { return x.clamp_min(0); }\n",
+            functions=("relu",),
+            cuda=False,
+        )
     assert str(env.REPO_ROOT) not in str(info.value)
 
 
 def test_compile_error_is_reported_with_relative_paths():
-    broken = '#include "selu_ops.h"\nthis is not C++;'
-    with pytest.raises(build.BuildError, match=r"failed\. The compiler said") as info:
-        build.build("selu_naive", backend="cpu", declarations=broken, functions=("selu",))
+    with pytest.raises(build.BuildError, match=r"(?s)Building broken_definitions failed\. The compiler said.*"
+                       r"definitions\.cpp:2:\d+: error") as info:
+        build.pybind_extension(
+            "broken_definitions",
+            declarations="at::Tensor relu(const at::Tensor& x);",
+            definitions="#include <ATen/core/Tensor.h>\nthis is not C++;\n",
+            functions=("relu",),
+            cuda=False,
+        )
     assert str(env.REPO_ROOT) not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- regions of the kernel files
+
+
+@pytest.mark.parametrize("filename", KERNEL_FILES)
+def test_every_region_is_closed(filename):
+    text = (env.KERNELS_DIR / filename).read_text()
+    opened = re.findall(r"^[ \t]*// region: ([\w-]+)[ \t]*$", text, re.MULTILINE)
+    closed = re.findall(r"^[ \t]*// endregion[ \t]*$", text, re.MULTILINE)
+    # A region without its endregion would swallow the next one; a name used twice
+    # would hide the first. Either shows as fewer regions than markers.
+    assert len(closed) == len(opened), (opened, len(closed))
+    assert list(build.regions(filename)) == opened
+    assert len(set(opened)) == len(opened), opened
+    for name, body in build.regions(filename).items():
+        assert body.strip(), f"region {name!r} of {filename} is empty"
+        assert "// region:" not in body, f"region {name!r} of {filename} contains another"
+
+
+def test_source_region_of_an_unknown_region_lists_the_regions():
+    with pytest.raises(KeyError, match=r"kernels/selu_naive\.cuh has no region 'no_such_region'; its regions: kernel"):
+        build.source_region("selu_naive.cuh", "no_such_region")
+    assert build.source_region("selu_naive.cuh") == (env.KERNELS_DIR / "selu_naive.cuh").read_text()
+
+
+def test_show_source_prints_outside_jupyter(capsys):
+    build.show_source("selu_naive.cuh", "kernel", "launch")
+    printed = capsys.readouterr().out
+    assert printed.startswith("// kernels/selu_naive.cuh\n")
+    assert "__global__ void selu_naive_kernel" in printed and "void launch_naive" in printed
+    assert "// region:" not in printed and "// endregion" not in printed
+    build.show_source("selu_math.cuh")
+    assert capsys.readouterr().out.rstrip().endswith("}  // namespace selu_course")

@@ -10,10 +10,14 @@ import torch
 
 from helpers.check import (
     DEFAULT_DISTRIBUTIONS,
-    DEFAULT_MAX_ULP,
+    DTYPES,
+    MAX_ULP,
     SELU_ALPHA,
     SELU_SCALE,
+    assert_close_ulps,
+    assert_selu,
     check_unary,
+    harness_input,
     make_input,
     naive_rand_check,
     poisoned_outputs,
@@ -23,7 +27,6 @@ from helpers.check import (
     ulp_distance,
 )
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 CPU = torch.device("cpu")
 
 
@@ -62,7 +65,7 @@ def test_relu_reference_follows_torch_relu():
 def test_torch_selu_passes_on_cpu(dtype):
     report = check_unary(torch.selu, dtype=dtype, device=CPU)
     report.assert_ok()
-    assert report.worst.max_ulp <= DEFAULT_MAX_ULP[dtype]
+    assert report.worst.max_ulp <= MAX_ULP[dtype]
     assert report.first_failure() is None
     groups = {case.group for case in report.cases}
     assert groups == set(DEFAULT_DISTRIBUTIONS) | {"special", "views"}
@@ -173,23 +176,43 @@ def test_output_never_written_fails():
     assert len(report.failing_cases()) == len(report.cases)
 
 
-def test_poisoned_outputs_fills_empty_with_nan_and_restores_settings():
-    before = (
+def deterministic_settings():
+    return (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
         torch.utils.deterministic.fill_uninitialized_memory,
     )
+
+
+def test_poisoned_outputs_fills_empty_with_nan_and_restores_settings():
+    before = deterministic_settings()
     with pytest.raises(RuntimeError, match="inside"):
         with poisoned_outputs():
             assert torch.empty(1000).isnan().all()
             assert torch.empty_like(torch.zeros(3, 5, dtype=torch.float16)).isnan().all()
             raise RuntimeError("inside")
-    after = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(),
-        torch.utils.deterministic.fill_uninitialized_memory,
-    )
-    assert after == before
+    assert deterministic_settings() == before
+
+
+def test_poisoned_outputs_uses_torchs_public_switches():
+    # torch.use_deterministic_algorithms(True, warn_only=True) and
+    # torch.utils.deterministic.fill_uninitialized_memory, both public API; warn_only,
+    # so an op with no deterministic implementation warns instead of failing a check.
+    with poisoned_outputs():
+        assert deterministic_settings() == (True, True, True)
+
+
+def test_poisoned_outputs_restores_settings_that_were_not_the_defaults():
+    original = deterministic_settings()
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        with poisoned_outputs():
+            assert deterministic_settings() == (True, True, True)
+        assert deterministic_settings() == (True, False, False)
+    finally:
+        torch.use_deterministic_algorithms(original[0], warn_only=original[1])
+        torch.utils.deterministic.fill_uninitialized_memory = original[2]
 
 
 def test_wrong_shape_dtype_or_device_fails():
@@ -276,6 +299,81 @@ def test_ulp_distance_rounds_b_to_a_dtype_and_saturates_in_float64():
     assert ulp_distance(f32_max, -f32_max).tolist() == [2 * 0x7F7FFFFF + 1]
 
 
+# ---- assert_close_ulps and assert_selu -----------------------------------------------------
+def bits_of(x):
+    """The bit patterns of x, as integers of its width: compares NaN and the sign of zero too."""
+    return x.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])
+
+
+def ulps_up(x, steps):
+    """Each (positive, finite) element moved ``steps`` floats up."""
+    return (bits_of(x) + steps).view(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_assert_close_ulps_passes_within_the_tolerance_and_fails_beyond_it(dtype):
+    x = torch.tensor([0.5, 1.0, 3.0, 1e-3], dtype=dtype)
+    two_off = ulps_up(x, 2)
+    assert_close_ulps(two_off, x, x, max_ulp=2)
+    assert_close_ulps(x, x.double(), x, max_ulp=0)  # expected is rounded to actual's dtype first
+    with pytest.raises(AssertionError, match="4 of 4 elements beyond 1 ulp"):
+        assert_close_ulps(two_off, x, x, max_ulp=1)
+
+
+@pytest.mark.parametrize(
+    "actual, expected",
+    [
+        ([0.0], [-0.0]),
+        ([-0.0], [0.0]),
+        ([float("nan")], [1.0]),
+        ([1.0], [float("nan")]),
+        ([torch.finfo(torch.float32).max], [float("inf")]),  # 1 ulp "apart", but not the same
+        ([float("-inf")], [float("inf")]),
+    ],
+    ids=["lost-minus-zero", "invented-minus-zero", "nan-for-number", "number-for-nan", "max-for-inf", "wrong-inf"],
+)
+def test_assert_close_ulps_is_exact_about_zero_nan_and_inf(actual, expected):
+    actual, expected = torch.tensor(actual), torch.tensor(expected)
+    with pytest.raises(AssertionError, match="NaN, inf, sign of 0"):
+        assert_close_ulps(actual, expected, expected, max_ulp=10)
+
+
+def test_assert_close_ulps_passes_matching_specials():
+    values = torch.tensor([0.0, -0.0, float("nan"), float("inf"), float("-inf")])
+    assert_close_ulps(values.clone(), values, values, max_ulp=0)
+
+
+def test_assert_close_ulps_names_the_first_bad_input():
+    x = torch.tensor([1.0, 2.0, -0.5, -3.0])
+    wrong = torch.selu(x)
+    wrong[2:] = 0.0
+    with pytest.raises(AssertionError, match=r"2 of 4 elements .* first at index 2: x=-0\.5, got 0\.0"):
+        assert_close_ulps(wrong, selu_reference(x), x, max_ulp=2)
+    with pytest.raises(AssertionError):
+        assert_close_ulps(torch.selu(x)[:3], selu_reference(x), x, max_ulp=2)  # shapes differ
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_assert_selu_allows_exactly_max_ulp(dtype):
+    x = torch.tensor([0.5, 1.0, 3.0, 100.0], dtype=dtype)  # positive: selu(x) = λx, no NaN or zero
+    expected = selu_reference(x).to(dtype)
+    assert_selu(torch.selu(x), x)
+    assert_selu(ulps_up(expected, MAX_ULP[dtype]), x)
+    with pytest.raises(AssertionError, match=f"beyond {MAX_ULP[dtype]} ulp"):
+        assert_selu(ulps_up(expected, MAX_ULP[dtype] + 1), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_assert_selu_passes_torch_selu_and_fails_lambda_x(dtype):
+    x = harness_input(dtype=dtype, device=CPU)
+    assert_selu(torch.selu(x), x)
+    with pytest.raises(AssertionError, match="first at index"):
+        assert_selu(SELU_SCALE * x, x)
+    other_dtype = torch.float64 if dtype == torch.float32 else torch.float32
+    with pytest.raises(AssertionError):
+        assert_selu(torch.selu(x.to(other_dtype)), x)  # the right values in the wrong dtype
+
+
 # ---- inputs ------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_special_values_cover_the_edge_cases(dtype):
@@ -348,6 +446,55 @@ def test_views_are_misaligned_and_two_dimensional():
     assert [x.storage_offset() for x in seen] == [1, 2, 3, 1]
     assert seen[-1].dim() == 2 and all(d % 2 == 1 for d in seen[-1].shape)
     assert all(x.isnan().any() for x in seen)  # the views hold special values too
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_harness_input_starts_with_the_special_values(dtype):
+    x = harness_input(4096, dtype, CPU, seed=0)
+    special = special_values(dtype, CPU)
+    assert (x.shape, x.dtype, x.device) == ((4096,), dtype, CPU)
+    assert torch.equal(bits_of(x[:special.numel()]), bits_of(special))
+    drawn = x[special.numel():]
+    assert (drawn < 0).any() and (drawn > 0).any()
+    assert ((drawn != 0) & (drawn.abs() < torch.finfo(dtype).tiny)).any()  # subnormals beyond the listed ones
+    assert drawn.isfinite().all()
+
+
+def test_harness_input_draws_equal_shares_of_every_distribution():
+    special = special_values(torch.float32, CPU).numel()
+    share = 100
+    x = harness_input(special + share * len(DEFAULT_DISTRIBUTIONS), device=CPU)
+    # In DEFAULT_DISTRIBUTIONS' order, each in its own range.
+    assert DEFAULT_DISTRIBUTIONS == ("normal", "wide_uniform", "tiny", "huge", "large_negative")
+    normal, wide, tiny, huge, large_negative = x[special:].split(share)
+    assert normal.abs().max() < 10 and (normal < 0).any() and (normal > 0).any()
+    assert wide.abs().max() <= 100 and wide.abs().max() > 10
+    assert tiny.abs().max() <= 1e-2
+    assert huge.abs().min() >= 1 and huge.abs().max() > 1e6
+    assert large_negative.min() >= -1e4 and large_negative.max() <= -80
+
+
+def test_harness_input_is_reproducible_per_seed():
+    assert torch.equal(bits_of(harness_input(seed=3, device=CPU)), bits_of(harness_input(seed=3, device=CPU)))
+    assert not torch.equal(bits_of(harness_input(seed=3, device=CPU)), bits_of(harness_input(seed=4, device=CPU)))
+
+
+@pytest.mark.parametrize("numel", [0, 1, 10, 5000])
+def test_harness_input_has_the_size_asked_for(numel):
+    x = harness_input(numel, torch.bfloat16, CPU)
+    assert (x.shape, x.dtype) == ((numel,), torch.bfloat16)
+    special = special_values(torch.bfloat16, CPU)
+    head = min(numel, special.numel())
+    assert torch.equal(bits_of(x[:head]), bits_of(special[:head]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_harness_input_is_the_same_on_the_gpu(dtype):
+    # Drawn on the CPU and moved: a failure on the GPU replays anywhere.
+    x = harness_input(dtype=dtype, device="cuda", seed=7)
+    assert x.device.type == "cuda"
+    assert torch.equal(bits_of(x.cpu()), bits_of(harness_input(dtype=dtype, device=CPU, seed=7)))
 
 
 # ---- the report ----------------------------------------------------------------------------

@@ -1,194 +1,357 @@
-"""The CPU implementation (kernels/selu_cpu.cpp) against a float64 reference.
+"""The course's operators on the CPU (kernels/selu_cpu.cpp, kernels/mistakes_cpu.cpp).
 
-It stands in for the CUDA kernels on machines without a GPU and calls the same
-scalar math (selu_math.cuh), so these tests also check the math the kernels run.
+The CPU implementations stand in for the CUDA kernels on machines without a GPU
+and call the same scalar math (selu_math.cuh, mistakes_math.cuh), so these tests
+also check the math the kernels run, and the layout and out= rules that both
+devices share (elementwise.h). Every test calls through :mod:`helpers.ops`, the
+way the notebooks do, and compares with :mod:`helpers.check`'s reference and
+tolerances. Every new tensor starts full of NaN (:func:`helpers.check.poisoned_outputs`),
+the operators' own allocations included, so an element a kernel never writes
+cannot pass by accident.
 """
 from __future__ import annotations
 
 import pytest
 import torch
-from selu_cases import (
-    ALPHA,
-    DTYPES,
-    MAX_ULPS,
-    SCALE,
+
+from kernel_cases import (
+    ENTRY_POINTS,
+    FLOAT32_ONLY,
+    KERNEL_DTYPES,
+    NON_FLOATING_DTYPES,
+    NOT_FLOATING_ERROR,
+    OTHER_FLOATS,
     TAIL_SIZES,
-    assert_close_ulps,
-    assert_selu,
-    make_input,
-    selu_reference,
+    case_id,
+    dtype_id,
+    float32_kernels,
+    kernel_dtypes,
+    selu,
+    selu_out,
 )
 
-from helpers import build
+from helpers import build, check, ops
+
+CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def ext():
-    # One build (about a minute), cached in .build/ per source hash.
-    return build.build("selu_naive", backend="cpu")
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    """The CPU libraries of every kernel, built once (about 8 s each, cached in .build/)."""
+    return [build.load(kernel, backend="cpu") for kernel in build.KERNELS]
 
 
-def dtype_id(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+@pytest.fixture(autouse=True)
+def poisoned():
+    with check.poisoned_outputs():
+        yield
 
 
-dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_new_tensors_are_poisoned():
+    # Without this, the tests that rely on poisoning would pass vacuously.
+    assert torch.empty(1000).isnan().all()
+    assert torch.empty_like(torch.zeros(10, dtype=torch.bfloat16)).isnan().all()
 
 
-@dtypes
-def test_selu_matches_reference(ext, dtype):
-    # Both signs, +-0, +-inf, NaN, subnormals, values below -88 (where expf
-    # underflows), the largest finite values, and 4000 more spread over 10 decades.
-    x = make_input(dtype)
-    assert_selu(ext.selu(x), x)
+# ---- selu_naive and selu_vectorized -----------------------------------------------------
 
 
-@dtypes
-def test_selu_out_writes_every_element(ext, dtype):
-    x = make_input(dtype)
-    out = torch.full_like(x, float("nan"))  # poisoned: an element left unwritten stays NaN
-    result = ext.selu_out(x, out)
-    assert result.data_ptr() == out.data_ptr()
-    assert_selu(out, x)
+@kernel_dtypes
+def test_selu_matches_reference(case):
+    # Special values (±0, ±inf, NaN, subnormals, exp underflow, ±max) and every
+    # distribution of helpers.check.make_input.
+    kernel, dtype = case
+    x = check.harness_input(dtype=dtype, device=CPU)
+    y = selu(kernel)(x)
+    assert (y.shape, y.dtype, y.device) == (x.shape, x.dtype, x.device)
+    check.assert_selu(y, x)
 
 
-@dtypes
-def test_selu_is_within_two_ulps_of_torch(ext, dtype):
-    # torch's CPU kernel uses a vectorized expm1 (SLEEF), this one the C library's:
-    # both are within an ulp of the truth, so within two of each other.
-    x = make_input(dtype)
-    assert_close_ulps(ext.selu(x), torch.selu(x), x, max_ulps=2)
+@kernel_dtypes
+def test_selu_out_writes_every_element(case):
+    kernel, dtype = case
+    x = check.harness_input(dtype=dtype, device=CPU)
+    out = torch.empty_like(x)
+    assert out.isnan().all()  # poisoned: an element left unwritten stays NaN
+    result = selu_out(kernel)(x, out)
+    assert result is out
+    check.assert_selu(out, x)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
-def test_large_input_split_across_threads(ext, dtype):
+@kernel_dtypes
+def test_selu_is_within_two_ulps_of_torch(case):
+    # torch's CPU kernel uses a vectorized expm1 (SLEEF), these the C library's:
+    # each within an ulp of the truth, so within two of each other.
+    kernel, dtype = case
+    x = check.harness_input(dtype=dtype, device=CPU)
+    check.assert_close_ulps(selu(kernel)(x), torch.selu(x), x, max_ulp=2)
+
+
+@pytest.mark.parametrize("case", [("naive", torch.float32), ("vectorized", torch.bfloat16)], ids=case_id)
+def test_large_input_split_across_threads(case):
     # Past at::internal::GRAIN_SIZE (32768) elements, at::parallel_for splits the loop.
-    x = make_input(dtype, 1_000_003)
-    assert_selu(ext.selu(x), x)
+    kernel, dtype = case
+    x = check.harness_input(1_000_003, dtype=dtype, device=CPU)
+    check.assert_selu(selu(kernel)(x), x)
 
 
-@dtypes
+@kernel_dtypes
 @pytest.mark.parametrize("numel", TAIL_SIZES)
-def test_tail_sizes(ext, dtype, numel):
-    x = make_input(dtype, numel, seed=numel)
-    assert_selu(ext.selu(x), x)
+def test_tail_sizes(case, numel):
+    kernel, dtype = case
+    x = check.harness_input(numel, dtype=dtype, device=CPU, seed=numel)
+    check.assert_selu(selu(kernel)(x), x)
 
 
-@dtypes
-def test_misaligned_views(ext, dtype):
-    base = make_input(dtype, 1001)
+@kernel_dtypes
+def test_misaligned_views(case):
+    kernel, dtype = case
+    base = check.harness_input(1001, dtype=dtype, device=CPU)
     x = base[1:]  # contiguous, but starts one element into the allocation
     assert x.is_contiguous() and x.data_ptr() % 16 != 0
-    assert_selu(ext.selu(x), x)
-    out = torch.full((1001,), float("nan"), dtype=dtype)[1:]
-    ext.selu_out(x, out)
-    assert_selu(out, x)
+    check.assert_selu(selu(kernel)(x), x)
+    out = torch.empty(1001, dtype=dtype)[1:]
+    selu_out(kernel)(x, out)
+    check.assert_selu(out, x)
 
 
-@dtypes
-@pytest.mark.parametrize("layout", ["transposed", "strided"])
-def test_non_contiguous_input(ext, dtype, layout):
-    base = make_input(dtype, 64 * 48).reshape(64, 48)
-    x = base.t() if layout == "transposed" else base[:, ::3]
+@kernel_dtypes
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_dense_input_keeps_its_layout(case, layout):
+    # A transpose or a channels_last tensor is computed in its own layout, and the
+    # result has x's strides, as torch.selu's does.
+    kernel, dtype = case
+    if layout == "transposed":
+        x = check.harness_input(64 * 48, dtype=dtype, device=CPU).reshape(64, 48).t()
+    else:
+        x = check.harness_input(2 * 3 * 5 * 7, dtype=dtype, device=CPU).reshape(2, 3, 5, 7)
+        x = x.contiguous(memory_format=torch.channels_last)
     assert not x.is_contiguous()
-    y = ext.selu(x)
-    assert y.shape == x.shape
-    assert_selu(y, x)  # compared element by element, whatever y's strides
+    y = selu(kernel)(x)
+    assert y.stride() == x.stride() == torch.selu(x).stride()
+    check.assert_selu(y, x)  # compared element by element, whatever the strides
 
 
+@kernel_dtypes
+@pytest.mark.parametrize("layout", ["strided", "expanded"])
+def test_input_with_gaps_gives_a_dense_result(case, layout):
+    kernel, dtype = case
+    if layout == "strided":
+        x = check.harness_input(64 * 48, dtype=dtype, device=CPU).reshape(64, 48)[:, ::3]
+    else:  # every row the same memory
+        x = check.harness_input(48, dtype=dtype, device=CPU).expand(64, 48)
+    y = selu(kernel)(x)
+    assert y.shape == x.shape and y.is_contiguous()
+    check.assert_selu(y, x)
+
+
+@kernel_dtypes
+@pytest.mark.parametrize("out_layout", ["transposed", "strided"])
+def test_out_in_another_layout(case, out_layout):
+    # out need not be laid out as x: a dense out of other strides gets x copied into
+    # its layout first, an out with gaps gets the result copied into it.
+    kernel, dtype = case
+    x = check.harness_input(64 * 48, dtype=dtype, device=CPU).reshape(64, 48)
+    if out_layout == "transposed":
+        out = torch.empty(48, 64, dtype=dtype).t()
+    else:
+        out = torch.empty(64, 96, dtype=dtype)[:, ::2]
+    strides = out.stride()
+    assert selu_out(kernel)(x, out) is out
+    assert out.stride() == strides  # not resized or restrided
+    check.assert_selu(out, x)
+
+
+@kernel_dtypes
+def test_in_place(case):
+    # out is x: each element is read before it is written.
+    kernel, dtype = case
+    base = check.harness_input(1001, dtype=dtype, device=CPU)
+    before = base.clone()
+    assert selu_out(kernel)(base, base) is base
+    check.assert_selu(base, before)
+    x = base[1:]  # in place on a misaligned view: the element before it is untouched
+    before = base.clone()
+    selu_out(kernel)(x, x)
+    check.assert_selu(x, before[1:])
+    assert base[:1].view(torch.uint8).equal(before[:1].view(torch.uint8))
+
+
+@kernel_dtypes
+def test_in_place_with_gaps_leaves_the_gaps_alone(case):
+    kernel, dtype = case
+    base = check.harness_input(64 * 48, dtype=dtype, device=CPU).reshape(64, 48)
+    before = base.clone()
+    x = base[:, ::3]
+    selu_out(kernel)(x, x)
+    check.assert_selu(x, before[:, ::3])
+    gaps = torch.ones_like(base, dtype=torch.bool)
+    gaps[:, ::3] = False
+    assert base[gaps].view(torch.uint8).equal(before[gaps].view(torch.uint8))
+
+
+@float32_kernels
 @pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 5, 2)])
-def test_empty_tensors(ext, shape):
+def test_empty_tensors(kernel, shape):
     x = torch.empty(shape)
-    assert ext.selu(x).shape == shape
-    assert ext.selu_out(x, torch.empty(shape)).shape == shape
+    assert selu(kernel)(x).shape == shape
+    assert selu_out(kernel)(x, torch.empty(shape)).shape == shape
 
 
-def test_zero_keeps_its_sign(ext):
-    x = torch.tensor([0.0, -0.0])
-    assert ext.selu(x).signbit().tolist() == [False, True]
+@kernel_dtypes
+def test_zero_dim_tensor(case):
+    kernel, dtype = case
+    x = torch.tensor(-0.5, dtype=dtype, device=CPU)
+    y = selu(kernel)(x)
+    assert y.shape == ()
+    check.assert_selu(y, x)
+    check.assert_selu(selu_out(kernel)(x, torch.empty_like(x)), x)
 
 
-@pytest.mark.parametrize(
-    "x",
-    [torch.arange(4), torch.ones(4, dtype=torch.int32), torch.ones(4, dtype=torch.bool),
-     torch.ones(4, dtype=torch.complex64)],
-    ids=["int64", "int32", "bool", "complex64"],
-)
-@pytest.mark.parametrize("fn", ["selu", "selu_missing_minus_one", "selu_expf_minus_one"])
-def test_non_floating_input_is_an_error(ext, fn, x):
-    with pytest.raises(RuntimeError, match=r"expected a floating-point tensor.*x\.float\(\)"):
-        getattr(ext, fn)(x)
+@kernel_dtypes
+def test_zero_keeps_its_sign(case):
+    kernel, dtype = case
+    x = torch.tensor([0.0, -0.0], dtype=dtype)
+    assert selu(kernel)(x).signbit().tolist() == [False, True]
 
 
-def test_non_floating_input_to_selu_out_is_an_error(ext):
-    with pytest.raises(RuntimeError, match="expected a floating-point tensor"):
-        ext.selu_out(torch.arange(4), torch.empty(4, dtype=torch.int64))
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
+def test_with_config_gives_the_same_result(dtype):
+    # A CPU has no launch configuration: every valid one is checked and gives selu(x).
+    x = check.harness_input(10_007, dtype=dtype, device=CPU)
+    expected = ops.selu_vectorized(x)
+    for config in [(64, 1, 0), (256, 4, 0), (1024, 8, 4), (128, 2, 1)]:
+        match = check.agreement(ops.selu_vectorized_with_config(x, *config), expected)
+        assert match.identical == x.numel(), (config, str(match))
 
 
-def test_wrong_device_is_an_error(ext):
-    # A meta tensor stands in for a CUDA one, which this machine may not have.
-    with pytest.raises(RuntimeError, match=r"expected a CPU tensor.*x\.to\('cpu'\)"):
-        ext.selu(torch.empty(4, device="meta"))
+# ---- bad input -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "out, message",
-    [
-        (torch.empty(5), "out has shape"),
-        (torch.empty(2, 2), "out has shape"),
-        (torch.empty(4, dtype=torch.float64), "out is Double but x is Float"),
-        (torch.empty(8)[::2], "out must be contiguous"),
-    ],
-    ids=["longer", "reshaped", "dtype", "non-contiguous"],
-)
-def test_bad_out_is_an_error(ext, out, message):
-    with pytest.raises(RuntimeError, match=message):
-        ext.selu_out(torch.randn(4), out)
+@pytest.mark.parametrize("dtype", NON_FLOATING_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_non_floating_input_is_an_error(name, dtype):
+    x = torch.ones(4).to(dtype)
+    with pytest.raises(RuntimeError, match=NOT_FLOATING_ERROR):
+        ENTRY_POINTS[name](x)
 
 
-@pytest.mark.parametrize("fn", ["selu_missing_minus_one", "selu_expf_minus_one"])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=dtype_id)
-def test_first_drafts_are_float32_only(ext, fn, dtype):
+@pytest.mark.parametrize("dtype", OTHER_FLOATS, ids=dtype_id)
+@pytest.mark.parametrize("name", FLOAT32_ONLY)
+def test_naive_and_mistakes_are_float32_only(name, dtype):
     with pytest.raises(RuntimeError, match="float32 only"):
-        getattr(ext, fn)(torch.randn(4).to(dtype))
+        ENTRY_POINTS[name](torch.randn(4).to(dtype))
 
 
-def test_missing_minus_one_is_wrong_for_every_negative_input(ext):
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ((100, 4, 0), "threads_per_block must be 64, 128, 256, 512 or 1024"),
+        ((2048, 4, 0), "threads_per_block must be"),
+        ((256, 3, 0), "vectors_per_thread must be 1, 2, 4 or 8"),
+        ((256, 0, 0), "vectors_per_thread must be"),
+        ((256, 4, -1), "max_blocks_per_sm must be 0"),
+    ],
+)
+def test_bad_launch_config_is_an_error_on_the_cpu_too(config, message):
+    # A config the CUDA kernel would refuse is refused everywhere, so a notebook
+    # that runs on the CPU finds out before it meets a GPU.
+    with pytest.raises(RuntimeError, match=message):
+        ops.selu_vectorized_with_config(torch.randn(8), *config)
+
+
+@float32_kernels
+@pytest.mark.parametrize(
+    "make_out, message",
+    [
+        (lambda x: torch.empty(9), "out has shape"),
+        (lambda x: torch.empty(2, 4), "out has shape"),
+        (lambda x: torch.empty(8, dtype=torch.float64), "out is Double but x is Float"),
+        (lambda x: torch.empty(1).expand(8), "share one memory location"),
+    ],
+    ids=["longer", "reshaped", "dtype", "expanded"],
+)
+def test_bad_out_is_an_error(kernel, make_out, message):
+    x = torch.randn(8)
+    with pytest.raises(RuntimeError, match=message):
+        selu_out(kernel)(x, make_out(x))
+
+
+@float32_kernels
+def test_out_partly_overlapping_x_is_an_error(kernel):
+    # The kernel would read elements it has already overwritten.
+    memory = check.harness_input(9, device=CPU)
+    x, out = memory[:8], memory[1:9]
+    with pytest.raises(RuntimeError, match="partly overlaps"):
+        selu_out(kernel)(x, out)
+
+
+def test_non_floating_out_is_an_error():
+    with pytest.raises(RuntimeError, match=NOT_FLOATING_ERROR):
+        ops.selu_vectorized_out(torch.arange(4), torch.empty(4, dtype=torch.int64))
+
+
+# ---- notebook 02's first drafts --------------------------------------------------------------
+
+
+def test_missing_minus_one_is_wrong_for_every_negative_input():
     negative = -torch.logspace(-6, 1, 200)
     positive = torch.logspace(-6, 1, 200)
-    error = ext.selu_missing_minus_one(negative).double() - selu_reference(negative)
-    # exp(x) instead of exp(x) - 1: off by exactly lambda * alpha.
-    torch.testing.assert_close(error, torch.full_like(error, SCALE * ALPHA), rtol=0, atol=1e-6)
-    assert_selu(ext.selu_missing_minus_one(positive), positive)
+    error = ops.mistake_missing_minus_one(negative).double() - check.selu_reference(negative)
+    # λα·exp(x) instead of λα·(exp(x) - 1): off by exactly λα.
+    torch.testing.assert_close(error, torch.full_like(error, check.SELU_SCALE * check.SELU_ALPHA), rtol=0, atol=1e-6)
+    check.assert_selu(ops.mistake_missing_minus_one(positive), positive)
 
 
-def test_expf_minus_one_loses_precision_near_zero(ext):
+def test_expf_minus_one_loses_precision_near_zero():
     x = torch.tensor([-1e-6, -2e-6, -1e-7])
-    relative_error = (ext.selu_expf_minus_one(x).double() / selu_reference(x) - 1).abs()
+    relative_error = (ops.mistake_expf_minus_one(x).double() / check.selu_reference(x) - 1).abs()
     # exp(x) rounds to within half an ulp of 1 (6e-8), and subtracting 1 keeps
     # that rounding error whole: percents at -1e-6, and worse closer to 0.
     assert (relative_error > 1e-3).all(), relative_error
-    assert (ext.selu(x).double() / selu_reference(x) - 1).abs().max() < 2e-7
+    check.assert_selu(ops.selu_naive(x), x)
 
 
-def test_expf_minus_one_is_right_far_from_zero(ext):
+def test_expf_minus_one_is_right_far_from_zero():
     # Where |exp(x) - 1| is not small, the subtraction loses nothing: the bug
     # hides from tests that only use values like randn().
     x = -torch.linspace(1, 20, 100)
-    assert_close_ulps(ext.selu_expf_minus_one(x), selu_reference(x).float(), x, max_ulps=MAX_ULPS[torch.float32])
+    check.assert_selu(ops.mistake_expf_minus_one(x), x)
+
+
+def test_legacy_default_stream_computes_selu_on_the_cpu():
+    # A CPU has no streams: the launch mistake exists only on the GPU.
+    x = check.harness_input(device=CPU)
+    assert check.agreement(ops.mistake_legacy_default_stream(x), ops.selu_naive(x)).identical == x.numel()
+
+
+@pytest.mark.parametrize("numel", [1, 17, 100_003])
+def test_int32_count_computes_selu_for_small_sizes(numel):
+    # The count narrowed to int is the same count below 2^31; the bug shows only
+    # past 2^31 elements (tested on the GPU, where 16 GiB are cheaper to find).
+    x = check.harness_input(numel, device=CPU, seed=numel)
+    y = ops.mistake_int32_count(x)
+    assert not (y.isnan() & ~x.isnan()).any(), "elements left unwritten (still NaN from the poisoning)"
+    assert check.agreement(y, ops.selu_naive(x)).identical == x.numel()
+
+
+# ---- the course's check (helpers.check.check_unary) agrees -----------------------------------
+
+COURSE_CHECK_CASES = (
+    [(f"selu_{kernel}", dtype, True) for kernel, dtype in KERNEL_DTYPES]
+    + [("mistake_legacy_default_stream", torch.float32, True),  # right on a CPU
+       ("mistake_int32_count", torch.float32, True),  # right below 2^31 elements
+       ("mistake_missing_minus_one", torch.float32, False),
+       ("mistake_expf_minus_one", torch.float32, False)]
+)
 
 
 @pytest.mark.parametrize(
-    "fn, dtype, passes",
-    [("selu", dtype, True) for dtype in DTYPES]
-    + [("selu_missing_minus_one", torch.float32, False), ("selu_expf_minus_one", torch.float32, False)],
-    ids=lambda value: dtype_id(value) if isinstance(value, torch.dtype) else str(value),
+    "name, dtype, passes", COURSE_CHECK_CASES,
+    ids=[f"{name}-{dtype_id(dtype)}" for name, dtype, _ in COURSE_CHECK_CASES],
 )
-def test_course_correctness_check(ext, fn, dtype, passes):
-    # The check the notebooks run (helpers.check) agrees: selu passes, the first drafts fail.
-    from helpers import check
-
-    report = check.check_unary(getattr(ext, fn), check.selu_reference, dtype=dtype, device="cpu", seed=0)
+def test_course_correctness_check(name, dtype, passes):
+    report = check.check_unary(getattr(ops, name), dtype=dtype, device=CPU, seed=0)
     if passes:
         report.assert_ok()
     else:

@@ -1,260 +1,293 @@
-"""The CUDA kernels (kernels/selu_naive.cu, kernels/selu_vectorized.cu) on a GPU.
+"""The course's operators on a GPU (kernels/selu_naive.cu, selu_vectorized.cu, mistakes.cu).
 
-Every tensor the extensions allocate is poisoned (filled with NaN) before the
-kernel runs, through torch's deterministic mode, so an element a kernel forgets
-to write shows up as NaN instead of as whatever the memory held.
+Every test calls through :mod:`helpers.ops`, as the notebooks do: the same
+operator dispatches to the CUDA kernel for a GPU tensor. Every tensor allocated
+during a test starts full of NaN (:func:`helpers.check.poisoned_outputs`, the
+operators' own ``at::empty_like`` included), so an element a kernel forgets to
+write shows up as NaN instead of as whatever the memory held. Reference,
+tolerances and inputs all come from :mod:`helpers.check`.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 
 import pytest
 import torch
-from selu_cases import (
-    DTYPES,
-    MAX_ULPS,
+
+from kernel_cases import (
+    ENTRY_POINTS,
+    FLOAT32_ONLY,
+    NON_FLOATING_DTYPES,
+    NOT_FLOATING_ERROR,
+    OTHER_FLOATS,
     TAIL_SIZES,
-    assert_close_ulps,
-    assert_selu,
-    make_input,
-    selu_reference,
+    dtype_id,
+    float32_kernels,
+    kernel_dtypes,
+    selu,
+    selu_out,
 )
 
-from helpers import build
+from helpers import build, check, demos, env, ops
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = [pytest.mark.gpu]  # tests/conftest.py skips these where there is no GPU
 
+CUDA = "cuda"
 THREADS_PER_BLOCK = (64, 128, 256, 512, 1024)
 VECTORS_PER_THREAD = (1, 2, 4, 8)
 MAX_BLOCKS_PER_SM = (0, 1, 4)  # one-shot grid; capped grids that loop over tiles
 BIG_NUMEL = 2**31 + 12345  # past int32: 8 GiB of float32
-SLEEP_CYCLES = 2_000_000_000 // 10  # about 0.1 s of GPU time
-
-# (kernel, dtype): the naive kernel is float32 only.
-KERNEL_DTYPES = [("naive", torch.float32)] + [("vectorized", dtype) for dtype in DTYPES]
 
 
-def dtype_id(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def case_id(case) -> str:
-    kernel, dtype = case
-    return f"{kernel}-{dtype_id(dtype)}"
-
-
-kernel_dtypes = pytest.mark.parametrize("case", KERNEL_DTYPES, ids=[case_id(c) for c in KERNEL_DTYPES])
-
-
-@pytest.fixture(scope="module")
-def extensions():
-    return {
-        "naive": build.build("selu_naive", backend="cuda"),
-        "vectorized": build.build("selu_vectorized", backend="cuda"),
-    }
-
-
-@pytest.fixture(scope="module")
-def naive(extensions):
-    return extensions["naive"]
-
-
-@pytest.fixture(scope="module")
-def vectorized(extensions):
-    return extensions["vectorized"]
-
-
-@contextlib.contextmanager
-def poisoned_new_tensors(enabled: bool = True):
-    """NaN-fill every new tensor (torch.empty, and torch::empty_like in the extensions)."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(enabled, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = enabled
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
-        torch.utils.deterministic.fill_uninitialized_memory = fill
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    """The CPU and CUDA libraries of every kernel, built once (cached in .build/)."""
+    return [build.load(kernel, backend="cuda") for kernel in build.KERNELS]
 
 
 @pytest.fixture(autouse=True)
-def poison_new_tensors():
-    with poisoned_new_tensors():
+def poisoned():
+    with check.poisoned_outputs():
         yield
 
 
 def test_new_tensors_are_poisoned():
     # Without this, the tests that rely on poisoning would pass vacuously.
-    assert torch.empty(1000, device="cuda").isnan().all()
-    assert torch.empty_like(torch.zeros(1000, device="cuda", dtype=torch.bfloat16)).isnan().all()
+    assert torch.empty(1000, device=CUDA).isnan().all()
+    assert torch.empty_like(torch.zeros(1000, device=CUDA, dtype=torch.bfloat16)).isnan().all()
+
+
+# ---- results ---------------------------------------------------------------------------------
 
 
 @kernel_dtypes
-def test_selu_matches_reference_and_torch(extensions, case):
+def test_selu_matches_reference_and_torch(case):
     kernel, dtype = case
-    x = make_input(dtype).cuda()
-    y = extensions[kernel].selu(x)
-    assert y.device == x.device
-    assert_selu(y, x)
-    # torch's CUDA kernel computes the same expression in the same math type
-    # with the same expm1f: identical, but allow an ulp for a different compiler.
-    assert_close_ulps(y, torch.selu(x), x, max_ulps=1)
+    x = check.harness_input(dtype=dtype, device=CUDA)
+    y = selu(kernel)(x)
+    assert (y.shape, y.dtype, y.device) == (x.shape, x.dtype, x.device)
+    check.assert_selu(y, x)  # against the float64 reference, computed on the CPU
+    # torch's CUDA kernel computes the same expression in the same math type with
+    # the same expm1f: identical (next test), but allow an ulp for another compiler.
+    check.assert_close_ulps(y, torch.selu(x), x, max_ulp=1)
 
 
 @kernel_dtypes
-def test_course_correctness_check(extensions, case):
+def test_identical_to_torch_selu_bit_for_bit(case):
+    # The coefficients rounded to the math type and multiplied in it, as torch does
+    # (selu_math.cuh): every element, NaN and the sign of zero included, the same bits.
+    kernel, dtype = case
+    x = check.harness_input(100_003, dtype=dtype, device=CUDA)  # vectors, and a tail
+    match = check.agreement(selu(kernel)(x), torch.selu(x))
+    assert match.identical == x.numel(), str(match)
+
+
+@kernel_dtypes
+def test_course_correctness_check(case):
     # The check the notebooks run (helpers.check), on its own inputs and views.
-    from helpers import check
-
     kernel, dtype = case
-    check.check_unary(extensions[kernel].selu, check.selu_reference, dtype=dtype, device="cuda", seed=0).assert_ok()
+    check.check_unary(selu(kernel), dtype=dtype, device=CUDA, seed=0).assert_ok()
+
+
+@pytest.mark.parametrize("name", ["mistake_missing_minus_one", "mistake_expf_minus_one"])
+def test_course_check_fails_the_wrong_math(name):
+    report = check.check_unary(getattr(ops, name), device=CUDA, seed=0, trials=1)
+    assert not report.passed, report
 
 
 @kernel_dtypes
-def test_selu_out_writes_every_element(extensions, case):
+def test_selu_out_writes_every_element(case):
     kernel, dtype = case
-    x = make_input(dtype).cuda()
-    out = torch.full_like(x, float("nan"))
-    result = extensions[kernel].selu_out(x, out)
-    assert result.data_ptr() == out.data_ptr()
-    assert_selu(out, x)
+    x = check.harness_input(dtype=dtype, device=CUDA)
+    out = torch.empty_like(x)
+    assert out.isnan().all()  # poisoned: an element left unwritten stays NaN
+    assert selu_out(kernel)(x, out) is out
+    check.assert_selu(out, x)
 
 
 @kernel_dtypes
 @pytest.mark.parametrize("numel", TAIL_SIZES)
-def test_tail_sizes(extensions, case, numel):
+def test_tail_sizes(case, numel):
     kernel, dtype = case
-    x = make_input(dtype, numel, seed=numel).cuda()
-    assert_selu(extensions[kernel].selu(x), x)
+    x = check.harness_input(numel, dtype=dtype, device=CUDA, seed=numel)
+    check.assert_selu(selu(kernel)(x), x)
 
 
 @kernel_dtypes
 @pytest.mark.parametrize("offset", range(9))
-def test_views_at_every_offset(extensions, case, offset):
+def test_views_at_every_offset(case, offset):
     # Offsets of 0..8 elements: some views are 16-byte aligned (vector path),
     # most are not (scalar path), for the input and for the output.
     kernel, dtype = case
     numel = 1000 + offset
-    base = make_input(dtype, numel + 8).cuda()
-    x = base[offset : offset + numel]
-    assert_selu(extensions[kernel].selu(x), x)
-    out = torch.full((numel + 8,), float("nan"), dtype=dtype, device="cuda")[offset : offset + numel]
-    extensions[kernel].selu_out(base[:numel], out)  # aligned input, output at the offset
-    assert_selu(out, base[:numel])
+    base = check.harness_input(numel + 8, dtype=dtype, device=CUDA)
+    x = base[offset:offset + numel]
+    check.assert_selu(selu(kernel)(x), x)
+    out = torch.empty(numel + 8, dtype=dtype, device=CUDA)[offset:offset + numel]
+    selu_out(kernel)(base[:numel], out)  # aligned input, output at the offset
+    check.assert_selu(out, base[:numel])
 
 
 @kernel_dtypes
-@pytest.mark.parametrize("layout", ["transposed", "strided"])
-def test_non_contiguous_input(extensions, case, layout):
+def test_in_place(case):
+    # out is x: each element is read before it is written, by the same thread.
     kernel, dtype = case
-    base = make_input(dtype, 64 * 48).cuda().reshape(64, 48)
-    x = base.t() if layout == "transposed" else base[:, ::3]
+    base = check.harness_input(100_003, dtype=dtype, device=CUDA)
+    before = base.clone()
+    assert selu_out(kernel)(base, base) is base  # aligned: the vector path
+    check.assert_selu(base, before)
+    x = base[1:]  # misaligned: the scalar path; the element before it is untouched
+    before = base.clone()
+    selu_out(kernel)(x, x)
+    check.assert_selu(x, before[1:])
+    assert base[:1].view(torch.uint8).equal(before[:1].view(torch.uint8))
+
+
+@kernel_dtypes
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_dense_input_keeps_its_layout(case, layout):
+    # Computed in x's own layout, with no copy; the result has x's strides, as torch.selu's does.
+    kernel, dtype = case
+    if layout == "transposed":
+        x = check.harness_input(64 * 48, dtype=dtype, device=CUDA).reshape(64, 48).t()
+    else:
+        x = check.harness_input(2 * 3 * 5 * 7, dtype=dtype, device=CUDA).reshape(2, 3, 5, 7)
+        x = x.contiguous(memory_format=torch.channels_last)
     assert not x.is_contiguous()
-    y = extensions[kernel].selu(x)
-    assert y.shape == x.shape
-    assert_selu(y, x)
+    y = selu(kernel)(x)
+    assert y.stride() == x.stride() == torch.selu(x).stride()
+    check.assert_selu(y, x)
+
+
+@kernel_dtypes
+@pytest.mark.parametrize("layout", ["strided", "expanded"])
+def test_input_with_gaps_gives_a_dense_result(case, layout):
+    kernel, dtype = case
+    if layout == "strided":
+        x = check.harness_input(64 * 48, dtype=dtype, device=CUDA).reshape(64, 48)[:, ::3]
+    else:  # every row the same memory
+        x = check.harness_input(48, dtype=dtype, device=CUDA).expand(64, 48)
+    y = selu(kernel)(x)
+    assert y.shape == x.shape and y.is_contiguous()
+    check.assert_selu(y, x)
+
+
+@kernel_dtypes
+@pytest.mark.parametrize("out_layout", ["transposed", "strided"])
+def test_out_in_another_layout(case, out_layout):
+    kernel, dtype = case
+    x = check.harness_input(64 * 48, dtype=dtype, device=CUDA).reshape(64, 48)
+    if out_layout == "transposed":
+        out = torch.empty(48, 64, dtype=dtype, device=CUDA).t()
+    else:
+        out = torch.empty(64, 96, dtype=dtype, device=CUDA)[:, ::2]
+    strides = out.stride()
+    assert selu_out(kernel)(x, out) is out
+    assert out.stride() == strides
+    check.assert_selu(out, x)
 
 
 @kernel_dtypes
 @pytest.mark.parametrize("shape", [(0,), (3, 0)])
-def test_empty_tensors(extensions, case, shape):
+def test_empty_tensors(case, shape):
+    # A grid of 0 blocks would be an invalid launch: the kernels launch nothing.
     kernel, dtype = case
-    x = torch.empty(shape, dtype=dtype, device="cuda")
-    assert extensions[kernel].selu(x).shape == shape
-    assert extensions[kernel].selu_out(x, torch.empty_like(x)).shape == shape
+    x = torch.empty(shape, dtype=dtype, device=CUDA)
+    assert selu(kernel)(x).shape == shape
+    assert selu_out(kernel)(x, torch.empty_like(x)).shape == shape
+    torch.cuda.synchronize()  # a launch error would surface here
+
+
+@kernel_dtypes
+def test_zero_dim_tensor(case):
+    # One element: no whole vector, so only the tail code runs.
+    kernel, dtype = case
+    x = torch.tensor(-0.5, dtype=dtype, device=CUDA)
+    y = selu(kernel)(x)
+    assert y.shape == ()
+    check.assert_selu(y, x)
+    check.assert_selu(selu_out(kernel)(x, torch.empty_like(x)), x)
+
+
+# ---- launch configurations ---------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=None)
 def cached_case(dtype: torch.dtype, numel: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """A CUDA input (a view starting ``offset`` elements into its allocation) and its expected selu.
-
-    Cached: the 240 launch configurations below share a dozen inputs.
-    """
-    x = make_input(dtype, numel + offset, seed=numel).cuda()[offset:]
-    return x, selu_reference(x.cpu()).to(dtype).cuda()
+    """A CUDA input (a view starting ``offset`` elements into its allocation) and its
+    float64 reference rounded to ``dtype``. Cached: the 240 configurations share a dozen inputs."""
+    x = check.harness_input(numel + offset, dtype=dtype, device=CUDA, seed=numel)[offset:]
+    return x, check.selu_reference(x.cpu()).to(dtype).to(CUDA)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("max_blocks_per_sm", MAX_BLOCKS_PER_SM)
 @pytest.mark.parametrize("vectors_per_thread", VECTORS_PER_THREAD)
 @pytest.mark.parametrize("threads_per_block", THREADS_PER_BLOCK)
-def test_every_launch_config(vectorized, threads_per_block, vectors_per_thread, max_blocks_per_sm, dtype):
+def test_every_launch_config(threads_per_block, vectors_per_thread, max_blocks_per_sm, dtype):
     config = (threads_per_block, vectors_per_thread, max_blocks_per_sm)
     # Smaller than one vector; a few tiles and a tail; enough tiles that most
     # capped grids loop many times; and a misaligned view, for the scalar path.
     for numel, offset in ((5, 0), (10_007, 0), ((1 << 22) + 3, 0), (100_000, 1)):
         x, expected = cached_case(dtype, numel, offset)
-        y = vectorized.selu_with_config(x, *config)
-        assert_close_ulps(y, expected, x, MAX_ULPS[dtype])
+        y = ops.selu_vectorized_with_config(x, *config)
+        check.assert_close_ulps(y, expected, x, check.MAX_ULP[dtype])
 
 
-def test_default_config_is_the_same_kernel(vectorized):
-    x = make_input(torch.float32, 100_000).cuda()
-    torch.testing.assert_close(vectorized.selu(x), vectorized.selu_with_config(x, 256, 4, 0),
-                               rtol=0, atol=0, equal_nan=True)
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
+def test_default_config_is_the_same_kernel(dtype):
+    # kernels/selu_vectorized.cu's default_config: 256 threads, one 16-byte vector per
+    # thread for 4- and 8-byte types, four for 2-byte ones, a one-shot grid.
+    x = check.harness_input(100_003, dtype=dtype, device=CUDA)
+    vectors_per_thread = 1 if x.element_size() >= 4 else 4
+    match = check.agreement(ops.selu_vectorized(x), ops.selu_vectorized_with_config(x, 256, vectors_per_thread, 0))
+    assert match.identical == x.numel(), str(match)
 
 
-# ---- launch mistakes (selu_naive.cu's demonstrations) ----------------------
+# ---- launch mistakes (kernels/mistakes.cu) -----------------------------------------------------
 
 
-def race_on_side_stream(fn):
-    """Queue a copy into x behind 0.1 s of work on a side stream, then fn(x) on that stream.
-
-    Returns fn's result and the right answer. A kernel launched on torch's
-    current stream runs after the copy; one launched elsewhere does not wait for it.
-    """
-    source = make_input(torch.float32, 1 << 22).cuda().nan_to_num(nan=0.0)  # NaN != NaN
-    expected = torch.selu(source)
-    x = torch.zeros_like(source)
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    # No poisoning here: it would queue a NaN fill of fn's output on the side
-    # stream, one more write racing with a kernel launched elsewhere.
-    with poisoned_new_tensors(enabled=False), torch.cuda.stream(side):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        x.copy_(source)
-        y = fn(x)
-    torch.cuda.synchronize()
-    return y, expected
+@contextlib.contextmanager
+def no_poisoning():
+    # The race runs on a side stream: a NaN fill of an output would be queued there,
+    # after the sleep, and overwrite what a kernel launched elsewhere already wrote.
+    filling = torch.utils.deterministic.fill_uninitialized_memory
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = filling
 
 
-def test_legacy_default_stream_reads_stale_input(naive):
-    y, expected = race_on_side_stream(naive.selu_on_legacy_default_stream)
-    assert not torch.equal(y, expected)
-    # It ran at once, while the side stream slept: on the zeros x held before the copy.
-    assert torch.equal(y, torch.zeros_like(y)), "expected selu(0) = 0 everywhere: x read before the copy"
+@float32_kernels
+def test_legacy_default_stream_reads_stale_input_and_the_current_stream_waits(kernel):
+    # notebook 02's demonstration itself (helpers.demos.stream_race), not a copy of it
+    with no_poisoning():
+        race = demos.stream_race(numel=1 << 22, right=selu(kernel))
+    assert race.wrong_legacy == race.numel, str(race)  # it ran at once, while the side stream slept...
+    assert race.stale_legacy == race.numel, str(race)  # ...on the previous batch
+    assert race.wrong_current == 0, str(race)
 
 
-@pytest.mark.parametrize("kernel", ["naive", "vectorized"])
-def test_current_stream_waits_for_the_copy(extensions, kernel):
-    y, expected = race_on_side_stream(extensions[kernel].selu)
-    torch.testing.assert_close(y, expected, rtol=0, atol=0)
-
-
-# ---- past 2^31 elements -----------------------------------------------------
+# ---- past 2^31 elements --------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def big_input():
     """2^31 + 12345 float32 elements (8 GiB), where 32-bit counts and indices wrap."""
-    nbytes = BIG_NUMEL * 4
-    free, _total = torch.cuda.mem_get_info()
-    if free < 3 * nbytes:
-        pytest.skip(f"needs {3 * nbytes / 2**30:.0f} GiB of free GPU memory, {free / 2**30:.0f} GiB free")
-    x = torch.randn(BIG_NUMEL, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    cached_case.cache_clear()  # the launch-config inputs are not needed any more
+    torch.cuda.empty_cache()
+    if not env.fits_on_gpu(BIG_NUMEL, torch.float32, tensors=3):  # input, output, temporaries
+        pytest.skip(f"needs {3 * BIG_NUMEL * 4 / 2**30:.0f} GiB of free GPU memory, "
+                    f"{env.free_gpu_bytes() / 2**30:.0f} GiB free")
+    x = torch.randn(BIG_NUMEL, device=CUDA, generator=torch.Generator(CUDA).manual_seed(0))
     yield x
     del x
     torch.cuda.empty_cache()
 
 
-def big_slices():
+def big_slices() -> list[slice]:
     """The start, the middle, around element 2^31, and the end."""
     middle, boundary = BIG_NUMEL // 2, 2**31
     return [slice(0, 4096), slice(middle - 2048, middle + 2048), slice(boundary - 2048, boundary + 2048),
@@ -262,70 +295,45 @@ def big_slices():
 
 
 @pytest.mark.parametrize(
-    "kernel, call",
-    [
-        ("naive", lambda ext, x: ext.selu(x)),
-        ("vectorized", lambda ext, x: ext.selu(x)),
-        ("vectorized", lambda ext, x: ext.selu_with_config(x, 256, 4, 2)),  # a capped, looping grid
-    ],
-    ids=["naive", "vectorized", "vectorized-capped-grid"],
+    "selu_big",
+    [ops.selu_naive, ops.selu_vectorized, lambda x: ops.selu_vectorized_with_config(x, 256, 4, 2)],
+    ids=["naive", "vectorized", "vectorized-capped-grid"],  # capped: a grid that loops over tiles
 )
-def test_more_than_2_to_the_31_elements(extensions, big_input, kernel, call):
-    y = call(extensions[kernel], big_input)
+def test_more_than_2_to_the_31_elements(big_input, selu_big):
+    y = selu_big(big_input)
     for part in big_slices():
-        assert_selu(y[part], big_input[part])
+        check.assert_selu(y[part], big_input[part])
     assert not y.isnan().any(), "some elements were never written (still NaN from the poisoning)"
     del y
 
 
-def test_int32_count_leaves_elements_unwritten(naive, big_input):
-    y = naive.selu_with_int32_count(big_input)
-    truncated = ctypes.c_int32(BIG_NUMEL).value  # what the kernel was told: -2147471303
-    written = max(truncated, 0)
-    if written:
-        assert_selu(y[:written], big_input[:written])
+def test_int32_count_leaves_elements_unwritten(big_input):
+    # notebook 02's demonstration itself (helpers.demos.run_int32_count), not a copy of it
+    result = demos.run_int32_count(big_input)
+    written = max(demos.as_int32(BIG_NUMEL), 0)  # a count <= 0 launches nothing
     # No error, no crash: the rest is simply never written, and keeps the poison.
-    assert y[written:].isnan().all()
-    del y
+    assert result.unwritten_mistake == BIG_NUMEL - written, str(result)
+    assert result.unwritten_correct == 0, str(result)
+    assert all(ulp <= check.MAX_ULP[torch.float32] for ulp in result.worst_ulp.values()), str(result)
 
 
-# ---- bad input ----------------------------------------------------------------
+# ---- bad input ---------------------------------------------------------------------------------
 
 
-def every_entry_point(extensions):
-    """(name, fn(x)) for every function of both extensions, called on one tensor."""
-    naive, vectorized = extensions["naive"], extensions["vectorized"]
-    calls = [(f"naive.{name}", getattr(naive, name)) for name in (
-        "selu", "selu_missing_minus_one", "selu_expf_minus_one", "selu_on_legacy_default_stream",
-        "selu_with_int32_count")]
-    calls += [("naive.selu_out", lambda x: naive.selu_out(x, torch.empty_like(x))),
-              ("vectorized.selu", vectorized.selu),
-              ("vectorized.selu_out", lambda x: vectorized.selu_out(x, torch.empty_like(x))),
-              ("vectorized.selu_with_config", lambda x: vectorized.selu_with_config(x, 256, 4, 0))]
-    return calls
+@pytest.mark.parametrize("dtype", NON_FLOATING_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_non_floating_input_is_an_error(name, dtype):
+    x = torch.ones(8).to(dtype).to(CUDA)
+    with pytest.raises(RuntimeError, match=NOT_FLOATING_ERROR):
+        ENTRY_POINTS[name](x)
+        torch.cuda.synchronize()
 
 
-def test_cpu_tensor_is_an_error(extensions):
-    for name, fn in every_entry_point(extensions):
-        with pytest.raises(RuntimeError, match=r"expected a CUDA tensor.*x\.to\('cuda'\)"):
-            fn(torch.randn(8))
-            pytest.fail(f"{name} accepted a CPU tensor")
-
-
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64], ids=dtype_id)
-def test_non_floating_input_is_an_error(extensions, dtype):
-    x = torch.ones(8, dtype=dtype, device="cuda")
-    for name, fn in every_entry_point(extensions):
-        with pytest.raises(RuntimeError, match=r"expected a floating-point tensor.*x\.float\(\)"):
-            fn(x)
-            pytest.fail(f"{name} accepted {dtype}")
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=dtype_id)
-def test_naive_kernel_is_float32_only(naive, dtype):
-    for name in ("selu", "selu_missing_minus_one", "selu_expf_minus_one"):
-        with pytest.raises(RuntimeError, match="float32 only"):
-            getattr(naive, name)(torch.ones(8, dtype=dtype, device="cuda"))
+@pytest.mark.parametrize("dtype", OTHER_FLOATS, ids=dtype_id)
+@pytest.mark.parametrize("name", FLOAT32_ONLY)
+def test_naive_and_mistakes_are_float32_only(name, dtype):
+    with pytest.raises(RuntimeError, match="float32 only"):
+        ENTRY_POINTS[name](torch.ones(8, dtype=dtype, device=CUDA))
 
 
 @pytest.mark.parametrize(
@@ -340,32 +348,58 @@ def test_naive_kernel_is_float32_only(naive, dtype):
         ((256, 4, -1), "max_blocks_per_sm must be 0"),
     ],
 )
-def test_bad_launch_config_is_an_error(vectorized, config, message):
+def test_bad_launch_config_is_an_error(config, message):
     with pytest.raises(RuntimeError, match=message):
-        vectorized.selu_with_config(torch.randn(8, device="cuda"), *config)
+        ops.selu_vectorized_with_config(torch.randn(8, device=CUDA), *config)
 
 
-@pytest.mark.parametrize("kernel", ["naive", "vectorized"])
+@float32_kernels
 @pytest.mark.parametrize(
-    "out, message",
+    "make_out, message",
     [
-        (lambda: torch.empty(9, device="cuda"), "out has shape"),
-        (lambda: torch.empty(8, device="cuda", dtype=torch.float64), "out is Double but x is Float"),
+        (lambda: torch.empty(9, device=CUDA), "out has shape"),
+        (lambda: torch.empty(8, device=CUDA, dtype=torch.float64), "out is Double but x is Float"),
         (lambda: torch.empty(8), "out is on cpu"),
-        (lambda: torch.empty(16, device="cuda")[::2], "out must be contiguous"),
+        (lambda: torch.empty(1, device=CUDA).expand(8), "share one memory location"),
     ],
-    ids=["shape", "dtype", "device", "non-contiguous"],
+    ids=["shape", "dtype", "device", "expanded"],
 )
-def test_bad_out_is_an_error(extensions, kernel, out, message):
+def test_bad_out_is_an_error(kernel, make_out, message):
     with pytest.raises(RuntimeError, match=message):
-        extensions[kernel].selu_out(torch.randn(8, device="cuda"), out())
+        selu_out(kernel)(torch.randn(8, device=CUDA), make_out())
+
+
+@float32_kernels
+def test_out_partly_overlapping_x_is_an_error(kernel):
+    # The kernel would read elements it has already overwritten.
+    memory = check.harness_input(9, device=CUDA)
+    with pytest.raises(RuntimeError, match="partly overlaps"):
+        selu_out(kernel)(memory[:8], memory[1:9])
+
+
+@float32_kernels
+def test_cpu_input_with_a_gpu_out_is_an_error(kernel):
+    # The out tensor sends the call to the CUDA kernel, which checks x's device.
+    with pytest.raises(RuntimeError, match=r"expected a CUDA tensor.*x\.to\('cuda'\)"):
+        selu_out(kernel)(torch.randn(8), torch.empty(8, device=CUDA))
+
+
+@float32_kernels
+def test_cpu_tensor_runs_the_cpu_kernel(kernel):
+    # One operator, a kernel per device: a CPU tensor is no error, it runs on the CPU.
+    x = check.harness_input(device="cpu")
+    y = selu(kernel)(x)
+    assert y.device == x.device
+    check.assert_selu(y, x)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-@pytest.mark.parametrize("kernel", ["naive", "vectorized"])
-def test_tensor_on_a_second_gpu(extensions, kernel):
-    # The kernel must run on x's GPU (CUDAGuard), whichever GPU is current.
-    x = make_input(torch.float32).to("cuda:1")
-    y = extensions[kernel].selu(x)
+@float32_kernels
+def test_tensor_on_a_second_gpu(kernel):
+    # The kernel must allocate and run on x's GPU (CUDAGuard), whichever GPU is current.
+    x = check.harness_input(device="cuda:1")
+    y = selu(kernel)(x)
     assert y.device == x.device
-    assert_selu(y, x)
+    check.assert_selu(y, x)
+    out = selu_out(kernel)(x, torch.empty_like(x))
+    check.assert_selu(out, x)

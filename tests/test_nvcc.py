@@ -1,5 +1,11 @@
 """What nvcc makes of the CUDA kernels, checked without a GPU: PTX and ptxas's report for sm_90.
 
+Every kernels/*.cu file (selu_naive.cu, selu_vectorized.cu, mistakes.cu) must compile;
+the vectorized kernel must move 16 bytes per access, through the read-only path
+(ld.global.nc) only in the instantiation for an x that is not also written, since the
+out= variant may be given x itself; no kernel may promise the compiler that x and out
+never alias (no __restrict__); no kernel spills.
+
 The first run compiles every kernels/*.cu file (in parallel, about a minute);
 later runs read .build/nvcc/ and take seconds.
 """
@@ -19,7 +25,12 @@ pytestmark = [
 ]
 
 CU_FILES = sorted(path.name for path in env.KERNELS_DIR.glob("*.cu"))
-CHECKED_FOR_SPILLS = ("selu_naive.cu", "selu_vectorized.cu")
+# The files that hold the one-thread-per-element kernel (selu_naive.cuh): its own
+# operator's, and the first drafts of notebook 02 that launch it with wrong math.
+NAIVE_FILES = ("selu_naive.cu", "mistakes.cu")
+KERNEL_SOURCES = sorted(
+    path.name for path in env.KERNELS_DIR.iterdir() if path.suffix in (".cu", ".cuh", ".h", ".cpp")
+)
 
 # The C++ name of each dtype in the kernels' names, and the 16-byte access ptxas
 # should see for it: 4 floats, 2 doubles, or 8 halves moved as 4 32-bit words.
@@ -60,35 +71,101 @@ def test_results_are_cached(compiled):
     assert again.cached and again.ptx == first.ptx and again.directory == first.directory
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["x-read-only", "in-place"])
 @pytest.mark.parametrize("ctype", VECTOR_FORMS)
 @pytest.mark.parametrize("vectors", VECTORS_PER_THREAD)
-def test_vectorized_kernel_moves_16_bytes_per_access(compiled, ctype, vectors):
+def test_vectorized_kernel_moves_16_bytes_per_access(compiled, ctype, vectors, in_place):
     ptx = ptx_of(compiled, "selu_vectorized.cu")
-    kernel = f"selu_vectorized_kernel<{ctype}, {vectors}>"
+    kernel = f"selu_vectorized_kernel<{ctype}, {vectors}, {str(in_place).lower()}>"
     form = VECTOR_FORMS[ctype]
     loads = nvcc.vector_loads(ptx, kernel)
     stores = nvcc.vector_stores(ptx, kernel)
-    # Exactly one 16-byte load and store per vector a thread handles, and the
-    # loads through the read-only path (ld.global.nc), as __ldg asks.
-    assert set(loads) and all(re.fullmatch(rf"ld\.global\.nc\.{form}", op) for op in loads), loads
+    # Exactly one 16-byte load and store per vector a thread handles. Where x is
+    # only read, through the read-only path (ld.global.nc); where out is x (in
+    # place), plain loads: a read-only load of memory the kernel writes is undefined.
+    load = rf"ld\.global\.{form}" if in_place else rf"ld\.global\.nc\.{form}"
+    assert set(loads) and all(re.fullmatch(load, op) for op in loads), loads
     assert sum(loads.values()) == vectors, loads
     assert set(stores) and all(re.fullmatch(rf"st\.global\.{form}", op) for op in stores), stores
     assert sum(stores.values()) == vectors, stores
 
 
-def test_naive_kernel_has_no_vector_loads(compiled):
+def test_scalar_fallback_has_no_vector_loads(compiled):
+    # For views that are not 16-byte aligned: a vector access there would fault.
+    ptx = ptx_of(compiled, "selu_vectorized.cu")
+    assert nvcc.vector_loads(ptx, "selu_scalar_kernel<") == {}
+    assert nvcc.vector_stores(ptx, "selu_scalar_kernel<") == {}
+
+
+READ_ONLY_LOAD = re.compile(r"\bld\.global\.nc\b")
+
+
+def _may_write_what_it_reads(kernel_name: str) -> bool:
+    """Every kernel but the vectorized kernel's IN_PLACE = false instantiations: the
+    naive and scalar kernels serve out= (out may be x) and in-place instantiations are
+    in place by definition."""
+    return not re.search(r"selu_vectorized_kernel<[^>]*, false>", kernel_name)
+
+
+@pytest.mark.parametrize("filename", CU_FILES)
+def test_no_read_only_loads_where_a_kernel_may_write_what_it_reads(compiled, filename):
+    # ld.global.nc reads through the non-coherent cache, which is undefined for
+    # memory the same kernel writes: the out= overloads may be called with out=x.
+    ptx = ptx_of(compiled, filename)
+    offending = [name for name, body in nvcc.kernels(ptx).items()
+                 if _may_write_what_it_reads(name) and READ_ONLY_LOAD.search(body)]
+    assert not offending, offending
+
+
+def test_the_launcher_picks_the_in_place_kernel_when_out_is_x():
+    # The rule above holds only if the launcher never sends x == y to a read-only
+    # instantiation: it compares the pointers, and IN_PLACE = true is the x == y branch.
+    code = without_comments((env.KERNELS_DIR / "selu_vectorized.cu").read_text())
+    branch = re.search(r"if \(x == y\) \{\s*selu_vectorized_kernel<T, VECTORS_PER_THREAD, (\w+)>", code)
+    assert branch is not None and branch.group(1) == "true", "launch_vectorized must send x == y to IN_PLACE = true"
+
+
+def test_read_only_loads_are_recognised():
+    # What the test above looks for, made on purpose: __ldg is a read-only load.
+    ldg = INLINE_SOURCE.replace("2.f * x[i]", "2.f * __ldg(&x[i])")
+    assert READ_ONLY_LOAD.search(nvcc.compile_source(ldg, "ldg_inline").ptx)
+
+
+def without_comments(text: str) -> str:
+    return re.sub(r"/\*.*?\*/", " ", re.sub(r"//[^\n]*", "", text), flags=re.DOTALL)
+
+
+@pytest.mark.parametrize("filename", KERNEL_SOURCES)
+def test_no_restrict_pointers(filename):
+    # __restrict__ promises the compiler that x and y never alias, which in place
+    # (out=x) they do: it may then reorder or cache loads past the stores. The
+    # comments may say so; the code must not do it.
+    code = without_comments((env.KERNELS_DIR / filename).read_text())
+    assert not re.search(r"\b__restrict(__)?\b", code), filename
+
+
+def test_without_comments_keeps_the_code():
+    text = "int a; // __restrict__\n/* __restrict__\n */ float* __restrict__ b;"
+    assert without_comments(text).split() == ["int", "a;", "float*", "__restrict__", "b;"]
+
+
+@pytest.mark.parametrize("filename", NAIVE_FILES)
+def test_naive_kernel_has_no_vector_loads(compiled, filename):
     # What tells the two apart in the PTX: the naive kernel moves 4 bytes per instruction.
-    ptx = ptx_of(compiled, "selu_naive.cu")
+    ptx = ptx_of(compiled, filename)
     assert nvcc.vector_loads(ptx) == {}
     assert nvcc.vector_stores(ptx) == {}
     assert re.search(r"\bld\.global\.f32\b", ptx)
 
 
-def test_naive_kernel_index_is_64_bit(compiled):
+@pytest.mark.parametrize("filename", NAIVE_FILES)
+def test_naive_kernel_index_is_64_bit(compiled, filename):
     # blockIdx.x * blockDim.x widened to 64 bits (mul.wide.u32 / mad.wide.u32)
     # rather than multiplied in 32 bits (mad.lo.s32 / mul.lo.s32), which would
     # wrap past 2^32 elements.
-    for name, body in nvcc.kernels(ptx_of(compiled, "selu_naive.cu")).items():
+    found = nvcc.kernels(ptx_of(compiled, filename))
+    assert found and all("selu_naive_kernel<" in name for name in found), list(found)
+    for name, body in found.items():
         block = re.search(r"mov\.u32\s+(%r\d+),\s*%ctaid\.x;", body)[1]
         width = re.search(r"mov\.u32\s+(%r\d+),\s*%ntid\.x;", body)[1]
         operands = rf"({re.escape(block)},\s*{re.escape(width)}|{re.escape(width)},\s*{re.escape(block)})"
@@ -96,7 +173,7 @@ def test_naive_kernel_index_is_64_bit(compiled):
         assert not re.search(rf"m(?:ul|ad)\.lo\.[su]32\s+%r\d+,\s*{operands}", body), name
 
 
-@pytest.mark.parametrize("filename", CHECKED_FOR_SPILLS)
+@pytest.mark.parametrize("filename", CU_FILES)
 def test_no_spills_and_no_stack(compiled, filename):
     compiled[filename].result()  # compiled in parallel by the fixture; ptxas itself takes a second
     report = nvcc.ptxas_report(filename)
@@ -107,9 +184,10 @@ def test_no_spills_and_no_stack(compiled, filename):
         assert 0 < resources.registers <= 255, (name, resources)
 
 
-def test_ptxas_report_covers_every_kernel(compiled):
-    ptx = ptx_of(compiled, "selu_vectorized.cu")
-    assert set(nvcc.ptxas_report("selu_vectorized.cu")) == set(nvcc.kernels(ptx))
+@pytest.mark.parametrize("filename", CU_FILES)
+def test_ptxas_report_covers_every_kernel(compiled, filename):
+    ptx = ptx_of(compiled, filename)
+    assert set(nvcc.ptxas_report(filename)) == set(nvcc.kernels(ptx))
 
 
 def test_parse_ptxas_log():
@@ -131,10 +209,11 @@ ptxas info    : Used 4 registers, used 0 barriers
 
 
 def test_show_ptx_prints_the_matching_lines(compiled, capsys):
-    nvcc.show_ptx(ptx_of(compiled, "selu_vectorized.cu"), "selu_vectorized_kernel<float, 4>", r"ld\.global")
+    nvcc.show_ptx(ptx_of(compiled, "selu_vectorized.cu"), "selu_vectorized_kernel<float, 4, true>", r"ld\.global")
     printed = capsys.readouterr().out
-    assert "selu_vectorized_kernel<float, 4>" in printed
-    assert printed.count("ld.global.nc.v4.f32") == 4
+    assert "selu_vectorized_kernel<float, 4, true>" in printed
+    assert printed.count("ld.global.v4.f32") == 4
+    assert "ld.global.nc" not in printed
 
 
 def test_unknown_kernel_name_lists_the_kernels(compiled):
@@ -183,11 +262,13 @@ def test_compile_source_reports_errors_and_bad_names():
 def test_fast_math_flushes_denormals_in_the_selu_kernel(compiled):
     """Notebook 02's -use_fast_math demonstration starts from this difference: every
     float instruction of the SELU kernel becomes flush-to-zero (.ftz), and the expf
-    first draft becomes the hardware approximation ex2.approx."""
-    normal = nvcc.kernels(ptx_of(compiled, "selu_naive.cu"))
-    fast = nvcc.kernels(nvcc.compile_ptx("selu_naive.cu", extra_flags=("-use_fast_math",)))
+    first draft becomes the hardware approximation ex2.approx. mistakes.cu holds both:
+    the first drafts, and the right math launched wrongly (one fast-math compile)."""
+    normal = nvcc.kernels(ptx_of(compiled, "mistakes.cu"))
+    fast = nvcc.kernels(nvcc.compile_ptx("mistakes.cu", extra_flags=("-use_fast_math",)))
+    assert set(fast) == set(normal)
     selu = next(name for name in fast if "selu_naive_kernel<selu_course::SeluOp>" in name)
     assert ".ftz." not in normal[selu]
     assert re.search(r"\b(setp|mul|fma\.rn)\.ftz\.f32\b", fast[selu])
-    expf_draft = next(name for name in fast if "SeluExpfMinusOneOp>" in name)
+    expf_draft = next(name for name in fast if "ExpfMinusOneOp>" in name)
     assert "ex2.approx.ftz.f32" in fast[expf_draft]

@@ -20,10 +20,11 @@ def results_in_tmp(monkeypatch, tmp_path):
     return tmp_path
 
 
-def record(variant, numel, median_ms, *, dtype="float32", op="forward", slug="h100", spread=0.1):
+def record(variant, numel, median_ms, *, dtype="float32", op="forward", slug="h100", spread=0.1, run="run-1",
+           config=None):
     """A record as bench.measure makes it, with a chosen time (q20/q80 +-spread)."""
     timing = bench.Timing(median_ms, median_ms * (1 - spread), median_ms * (1 + spread), 100, "test")
-    r = bench._record(variant, op, bench._as_dtype(dtype), numel, timing, torch.device("cpu"))
+    r = bench._record(variant, op, bench._as_dtype(dtype), numel, timing, torch.device("cpu"), run, config)
     r.update(device_slug=slug, device="Test GPU 80GB", date="2026-11-20")
     return r
 
@@ -36,7 +37,7 @@ def sweep_records():
         copy_ms = numel * 8 / 3e12 * 1e3  # 3000 GB/s
         rows += [record("copy", numel, copy_ms), record("vec4", numel, copy_ms / 0.8)]
         rows += [record("naive", numel, copy_ms / 0.5)]
-    return bench.add_roofline_ratios(rows)
+    return rows
 
 
 # --------------------------------------------------------------------------- results
@@ -66,6 +67,16 @@ def test_save_replaces_the_same_key_and_keeps_the_others(tmp_path):
     }
     # No temporary file is left behind by the atomic write.
     assert [p.name for p in path.parent.iterdir()] == ["benchmarks.json"]
+
+
+def test_save_keys_on_the_launch_configuration_and_never_stores_a_ratio(tmp_path):
+    one, two = bench.launch_config(128, 1), bench.launch_config(256, 4)
+    rows = [record("copy", 2**20, 1.0), record("vec", 2**20, 2.0, config=one), record("vec", 2**20, 3.0, config=two)]
+    results.save(results.with_roofline_ratios(rows))  # a display copy with ratios, saved by mistake
+    stored = results.load("h100")
+    assert sorted((r["variant"], r["median_ms"]) for r in stored) == [("copy", 1.0), ("vec", 2.0), ("vec", 3.0)]
+    assert all("pct_of_copy" not in r for r in stored)
+    assert results.pct_of_copy(results.find(stored, "vec", config=two), stored) == pytest.approx(100 / 3)
 
 
 def test_saved_file_is_sorted_and_stable(tmp_path):
@@ -105,10 +116,9 @@ def test_table_lists_time_throughput_and_percent_of_copy(sweep_records):
     assert "16,777,216" in lines[2]
 
 
-def test_table_computes_missing_ratios_and_filters_op_and_dtype():
+def test_table_computes_ratios_from_the_same_run_and_filters_op_and_dtype():
     rows = [record("copy", 2**20, 1.0), record("vec4", 2**20, 4.0), record("vec4", 2**20, 1.0, dtype="bfloat16")]
-    for r in rows:
-        del r["pct_of_copy"]  # as from an older file
+    rows += [record("copy", 2**20, 0.1, run="another run")]  # not the yardstick of run-1's records
     text = results.table(rows, dtype="float32")
     assert "25.0%" in text and "bfloat16" not in text
     assert "(no records)" in results.table(rows, op="backward")
@@ -125,7 +135,21 @@ def test_figure_path_is_under_the_device_figures_folder(tmp_path):
 
 
 def test_reference_label_names_device_and_date(sweep_records):
-    assert results.reference_label(sweep_records) == "reference: Test GPU 80GB, 2026-11-20"
+    assert results.reference_label(sweep_records) == "Test GPU 80GB, 2026-11-20"
+
+
+def test_here_or_reference_measures_on_a_gpu_and_reads_the_reference_elsewhere(monkeypatch, tmp_path):
+    measured = [record("copy", 2**20, 1.0), record("vec4", 2**20, 2.0)]
+    monkeypatch.setattr(env, "can_build_cuda", lambda: True)
+    here = results.here_or_reference(lambda: measured, variants=["vec4"])
+    assert here.measured and list(here) == measured and "measured in this run" in here.source
+    assert results.load("h100") != []  # and saved
+    monkeypatch.setattr(env, "can_build_cuda", lambda: False)
+    monkeypatch.setattr(results, "load_reference", lambda slug: measured + [record("other", 2**20, 3.0)])
+    elsewhere = results.here_or_reference(lambda: pytest.fail("must not measure"), variants=["vec4"])
+    assert not elsewhere.measured and sorted(r["variant"] for r in elsewhere) == ["copy", "vec4"]
+    assert elsewhere.source.startswith("no GPU here; reference: Test GPU 80GB")
+    assert results.table(elsewhere).startswith(f"*{elsewhere.source}*")
 
 
 # --------------------------------------------------------------------------- plots
@@ -174,3 +198,35 @@ def test_roofline_bars_writes_png_and_percentages(tmp_path, sweep_records):
     assert any(list(line.get_xdata()) == [100, 100] for line in ax.get_lines())  # the 100% line
     with pytest.raises(ValueError):
         plot.roofline_bars(sweep_records, numel=2**30, title="no such size")
+
+
+def test_selu_and_derivative_figure_reports_errors_in_ulps():
+    fig, max_ulp = plot.selu_and_derivative(torch.float32)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert set(max_ulp) == {"selu", "derivative"}
+    assert 0 <= max_ulp["selu"] <= 2  # float32 torch.selu is within 2 ulp of float64
+    assert max_ulp["derivative"] < 100  # autograd's λα·eˣ in float32: a few ulp
+
+
+def test_save_keeps_each_stored_records_copy_and_drops_copies_nobody_needs(tmp_path):
+    results.save([record("copy", 2**20, 1.0, run="a"), record("vec", 2**20, 2.0, run="a")])
+    results.save([record("copy", 2**20, 1.1, run="b"), record("eager", 2**20, 2.2, run="b")])
+    stored = results.load("h100")
+    assert sorted(r["run"] for r in stored if r["variant"] == "copy") == ["a", "b"]  # both still needed
+    assert results.pct_of_copy(results.find(stored, "vec"), stored) == pytest.approx(50.0)  # run a's copy
+    results.save([record("copy", 2**20, 1.2, run="c"), record("vec", 2**20, 2.4, run="c")])
+    stored = results.load("h100")
+    assert sorted(r["run"] for r in stored if r["variant"] == "copy") == ["b", "c"]  # run a is gone
+    results.save([record("copy", 2**20, 1.3, run="d")])  # a copy on its own (notebook 00's sweep)
+    assert sorted(r["run"] for r in results.load("h100") if r["variant"] == "copy") == ["b", "c", "d"]
+
+
+def test_reference_keeps_only_the_copies_of_the_chosen_records_runs(monkeypatch):
+    rows = [record("copy", 2**20, 1.0, run="a"), record("vec", 2**20, 2.0, run="a"),
+            record("copy", 2**20, 1.5, run="b"), record("other", 2**20, 3.0, run="b")]
+    monkeypatch.setattr(results, "load_reference", lambda slug: rows)
+    chosen = results.reference(variants=["vec"])
+    assert [(r["variant"], r["run"]) for r in chosen] == [("copy", "a"), ("vec", "a")]
+    assert chosen.source.startswith("reference: Test GPU 80GB")
+    only_copies = results.reference(variants=[])
+    assert sorted(r["run"] for r in only_copies) == ["a", "b"]

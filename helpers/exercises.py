@@ -1,0 +1,106 @@
+"""The check cells of the notebooks' exercises: each tells a learner whether an answer works.
+
+Every check returns an :class:`Answer` that prints one line: not answered yet, right,
+or wrong and why. A check never raises for a wrong answer, so a notebook with the
+exercises left open still runs top to bottom.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import bench, check, results
+
+ROOFLINE_TOLERANCE = 0.02  # 2%: rounding the copy's bandwidth in one's head stays inside it
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: str  # "open", "right" or "wrong"
+    message: str
+
+    @property
+    def right(self) -> bool:
+        return self.status == "right"
+
+    def __str__(self) -> str:
+        mark = {"open": "…", "right": "✓", "wrong": "✗"}[self.status]
+        return f"{mark} {self.message}"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+
+def _open(what: str) -> Answer:
+    return Answer("open", f"not answered yet: {what}")
+
+
+def check_roofline_answer(answer_ms: float | None, records: list[dict], dtype="bfloat16") -> Answer:
+    """Notebook 00: the fastest time for a SELU of ``dtype`` over the records' copy size,
+    from the copy's measured throughput in ``records``."""
+    copy = next((r for r in records if r["variant"] == bench.COPY), None)
+    if copy is None:
+        return Answer("wrong", "no copy in these records to compute the roofline from")
+    expected = bench.roofline_ms(copy["numel"], dtype, copy["gbps"])
+    if answer_ms is None:
+        return _open(f"set answer_ms to the time, in ms, of a {bench.dtype_name(dtype)} SELU of "
+                     f"{copy['numel']:,} elements at the copy's {copy['gbps']:.0f} GB/s")
+    if abs(answer_ms - expected) <= ROOFLINE_TOLERANCE * expected:
+        return Answer("right", f"{answer_ms:.4g} ms: bytes read and written over the copy's bandwidth "
+                               f"({expected:.4g} ms)")
+    hint = " (half of the float32 bytes per element: 2 read + 2 written)" if abs(answer_ms - 2 * expected) < 0.05 * expected else ""
+    return Answer("wrong", f"{answer_ms:.4g} ms is not it{hint}: count the bytes of one read and one write "
+                           "per element, then divide by the copy's GB/s")
+
+
+def check_selu_answer(fn, dtypes=(torch.float32, torch.float64), device=None) -> Answer:
+    """Notebook 01: a SELU written from elementary torch operations passes the harness."""
+    if fn is None:
+        return _open("write my_selu(x) from torch operations (torch.where, torch.expm1, ...), "
+                     "without torch.selu or torch.nn.functional")
+    probe = torch.randn(64)
+    reports = [check.check_unary(fn, dtype=dtype, device=device, trials=1) for dtype in dtypes]
+    failed = [r for r in reports if not r.passed]
+    if failed:
+        return Answer("wrong", "the harness fails it:\n" + str(failed[0]))
+    calls = _calls_torch_selu(fn, probe)
+    if calls:
+        return Answer("wrong", f"it passes, but by calling {calls}: write the formula yourself")
+    return Answer("right", f"passes the harness in {', '.join(bench.dtype_name(d) for d in dtypes)}")
+
+
+def _calls_torch_selu(fn, x: torch.Tensor) -> str | None:
+    """The name of the built-in SELU that ``fn`` calls, if it calls one."""
+    seen = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in ("selu", "selu_"):
+                seen.append(f"torch.{name}")
+            return func(*args, **(kwargs or {}))
+
+    with Spy():
+        fn(x)
+    return seen[0] if seen else None
+
+
+def check_vectors_per_thread_answer(answer: int | None, records: list[dict]) -> Answer:
+    """Notebook 03: the vectors per thread that are fastest for float32 in ``records``
+    (records of selu_vectorized with launch configurations, one run)."""
+    if answer is None:
+        return _open("set answer to the vectors per thread of the fastest one-shot configuration above")
+    timed = [r for r in records if r["variant"] == "selu_vectorized" and r.get("config")
+             and not r["config"].get("max_blocks_per_sm") and r["dtype"] == "float32"]
+    if not timed:
+        return Answer("wrong", "no timed launch configurations here to compare with")
+    best = min(timed, key=lambda r: r["median_ms"])
+    fastest = best["config"]["vectors_per_thread"]
+    runners_up = sorted({r["config"]["vectors_per_thread"] for r in timed
+                         if r["median_ms"] <= best["median_ms"] * (1 + 0.005)})
+    if answer in runners_up:
+        pct = results.pct_of_copy(best, records)
+        detail = f" ({results.label(best)}, {pct:.1f}% of the copy)" if pct else ""
+        return Answer("right", f"{answer} vectors per thread: within 0.5% of the fastest{detail}")
+    return Answer("wrong", f"{answer} is not among the fastest; read the table again (fastest: {fastest})")

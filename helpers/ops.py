@@ -1,0 +1,239 @@
+"""The course's operators: their schemas, fake kernels and autograd rules, and a thin Python layer.
+
+>>> from helpers import build, ops
+>>> build.load("selu_vectorized")      # compiles and registers the CPU and CUDA kernels  # doctest: +SKIP
+>>> y = ops.selu_vectorized(x)          # torch.ops.selu_course.selu_vectorized(x)       # doctest: +SKIP
+
+Every kernel of ``kernels/`` is a PyTorch operator in one namespace, ``selu_course``,
+the way PyTorch's own operators are: a schema (its name, argument and return types,
+and which arguments it writes), implementations registered per device in C++
+(``TORCH_LIBRARY_IMPL(selu_course, CPU | CUDA, m)`` in each kernel file), a fake
+kernel that says what the result looks like without computing it (what
+``torch.compile`` traces with), and an autograd rule. The same call then runs on
+whatever device its tensor is on, ``torch.compile(fullgraph=True)`` sees it as one
+node of its graph, and ``torch.library.opcheck`` can test all of it.
+
+The schemas live here, once, rather than in a C++ ``TORCH_LIBRARY`` block: a
+namespace may be defined only once per process, and the kernels' libraries are
+rebuilt and replaced while a notebook runs (see :func:`helpers.build.load`).
+When a kernel file registers an implementation whose C++ signature does not
+match its schema, the dispatcher refuses it.
+
+Until notebook 04 adds the backward, no operator may silently drop a gradient:
+called on a tensor that requires grad, each raises an error that says so.
+"""
+from __future__ import annotations
+
+import torch
+
+NAMESPACE = "selu_course"
+
+# Name -> schema. ``Tensor(a!) out`` says that the operator writes into ``out``: the
+# compiler and autograd rely on that annotation being true. The ``.out`` overloads
+# return nothing (``-> ()``): torch.compile can only functionalize a custom
+# operator whose results are new tensors, not aliases of its inputs, so the
+# Python functions below return ``out`` themselves.
+SCHEMAS = {
+    # notebook 02: one thread per element, float32 only
+    "selu_naive": "(Tensor x) -> Tensor",
+    "selu_naive.out": "(Tensor x, *, Tensor(a!) out) -> ()",
+    # notebook 03: 16-byte vectors, every floating dtype
+    "selu_vectorized": "(Tensor x) -> Tensor",
+    "selu_vectorized.out": "(Tensor x, *, Tensor(a!) out) -> ()",
+    "selu_vectorized_with_config": (
+        "(Tensor x, int threads_per_block, int vectors_per_thread, int max_blocks_per_sm) -> Tensor"
+    ),
+    # notebook 02's first drafts: wrong on purpose (kernels/mistakes*.c*)
+    "mistake_missing_minus_one": "(Tensor x) -> Tensor",
+    "mistake_expf_minus_one": "(Tensor x) -> Tensor",
+    "mistake_legacy_default_stream": "(Tensor x) -> Tensor",
+    "mistake_int32_count": "(Tensor x) -> Tensor",
+}
+
+# The dtypes each operator accepts, as its C++ checks say (kernels/selu_checks.h).
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+DTYPES = {name: FLOAT_DTYPES if name.startswith("selu_vectorized") else (torch.float32,) for name in SCHEMAS}
+
+# Kept alive for the life of the process: dropping a Library object deregisters
+# what it registered.
+_LIBRARY = torch.library.Library(NAMESPACE, "DEF")
+for _name, _schema in SCHEMAS.items():
+    _LIBRARY.define(_name + _schema)
+
+
+def qualified(name: str) -> str:
+    """``"selu_vectorized"`` -> ``"selu_course::selu_vectorized"``."""
+    return f"{NAMESPACE}::{name}"
+
+
+def overload(name: str) -> torch._ops.OpOverload:
+    """The operator overload ``name`` (``"selu_naive"``, ``"selu_naive.out"``...)."""
+    base, _, suffix = name.partition(".")
+    return getattr(getattr(torch.ops.selu_course, base), suffix or "default")
+
+
+# ----------------------------------------------------------------------------- fake kernels
+
+
+def _check_dtype(name: str, x: torch.Tensor) -> None:
+    # The same rules and words as the C++ checks (kernels/selu_checks.h), so that
+    # tracing with fake tensors refuses what running would.
+    if x.dtype not in FLOAT_DTYPES:
+        raise RuntimeError(
+            f"{qualified(name)}: expected a float32, float64, float16 or bfloat16 tensor, got {x.dtype}. "
+            "SELU is defined on real numbers and these kernels are compiled for those four types: "
+            "convert first, e.g. x.float()."
+        )
+    if x.dtype not in DTYPES[name]:
+        raise RuntimeError(
+            f"{qualified(name)}: this kernel handles float32 only, got {x.dtype}. Use x.float(), or "
+            "selu_course::selu_vectorized (notebook 03), which dispatches over every floating dtype."
+        )
+
+
+def _check_launch_config(threads_per_block: int, vectors_per_thread: int, max_blocks_per_sm: int) -> None:
+    name = qualified("selu_vectorized_with_config")
+    if threads_per_block not in (64, 128, 256, 512, 1024):
+        raise RuntimeError(f"{name}: threads_per_block must be 64, 128, 256, 512 or 1024 (whole warps, at most "
+                           f"1024 per block), got {threads_per_block}.")
+    if vectors_per_thread not in (1, 2, 4, 8):
+        raise RuntimeError(f"{name}: vectors_per_thread must be 1, 2, 4 or 8 (the kernel is compiled for these), "
+                           f"got {vectors_per_thread}.")
+    if max_blocks_per_sm < 0:
+        raise RuntimeError(f"{name}: max_blocks_per_sm must be 0 (one block per tile, a one-shot grid) or k > 0 "
+                           f"(at most k blocks per SM, grid-stride loop), got {max_blocks_per_sm}.")
+
+
+def _register_fakes() -> None:
+    """What each result looks like, computed from its inputs' metadata alone.
+
+    A new result has ``x``'s sizes, dtype and device and the strides
+    ``torch.empty_like(x)`` picks, which is what the C++ implementations allocate
+    (kernels/elementwise.h); an ``out=`` overload returns nothing.
+    """
+    for name in SCHEMAS:
+        if name.endswith(".out"):
+            def fake_out(x, *, out, _name=name.removesuffix(".out")):
+                _check_dtype(_name, x)
+
+            torch.library.register_fake(qualified(name), fake_out, lib=_LIBRARY)
+        else:
+            def fake(x, *config, _name=name):
+                _check_dtype(_name, x)
+                if config:
+                    _check_launch_config(*config)
+                return torch.empty_like(x)
+
+            torch.library.register_fake(qualified(name), fake, lib=_LIBRARY)
+
+
+# ----------------------------------------------------------------------------- autograd
+
+NO_BACKWARD_YET = (
+    "{op} has no backward yet, so the gradient of its result would be lost. Notebook 04 "
+    "writes the backward kernel and registers it. Until then call it on a tensor that does not "
+    "require grad (x.detach(), or inside torch.no_grad()), or use torch.selu where you train."
+)
+
+
+def _forbid_gradients(name: str) -> None:
+    """Register an autograd rule that refuses to run when a gradient is wanted.
+
+    Without any autograd rule, a custom operator's result would silently not
+    require grad, and a model using it would train every layer but this one's
+    inputs. ``setup_context`` runs only when an input requires grad and grad
+    mode is on, so calls that need no gradient are untouched.
+    """
+
+    def setup_context(ctx, inputs, output):
+        raise RuntimeError(NO_BACKWARD_YET.format(op=qualified(name)))
+
+    def backward(ctx, grad):  # never reached: setup_context refuses first
+        raise RuntimeError(NO_BACKWARD_YET.format(op=qualified(name)))
+
+    torch.library.register_autograd(qualified(name), backward, setup_context=setup_context, lib=_LIBRARY)
+
+
+def _forbid_gradients_out(name: str) -> None:
+    """The same for an ``out=`` overload, as torch's own ``out=`` operators do.
+
+    ``register_autograd`` takes only functional schemas, so this registers the
+    Autograd-key kernel directly: it refuses when a gradient is wanted and
+    otherwise passes the call on to the device's kernel.
+    """
+    op = overload(name)
+
+    def autograd_kernel(keyset, x, *, out):
+        if torch.is_grad_enabled() and (x.requires_grad or out.requires_grad):
+            raise RuntimeError(
+                f"{qualified(name)}: functions with out=... arguments don't support automatic "
+                "differentiation, but one of the arguments requires grad. Call it inside torch.no_grad(), "
+                f"or use the functional form {qualified(name.removesuffix('.out'))}."
+            )
+        with torch._C._AutoDispatchBelowAutograd():
+            op.redispatch(keyset & torch._C._after_autograd_keyset, x, out=out)
+
+    _LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+
+
+_register_fakes()
+for _name in SCHEMAS:
+    (_forbid_gradients_out if _name.endswith(".out") else _forbid_gradients)(_name)
+
+
+# ----------------------------------------------------------------------------- the thin layer
+
+
+def selu_naive(x: torch.Tensor) -> torch.Tensor:
+    """Notebook 02's kernel: one thread per element, float32."""
+    return torch.ops.selu_course.selu_naive.default(x)
+
+
+def selu_naive_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """:func:`selu_naive` into ``out`` (x's shape, dtype and device); returns ``out``."""
+    torch.ops.selu_course.selu_naive.out(x, out=out)
+    return out
+
+
+def selu_vectorized(x: torch.Tensor) -> torch.Tensor:
+    """Notebook 03's kernel: 16-byte vectors, every floating dtype, its default launch."""
+    return torch.ops.selu_course.selu_vectorized.default(x)
+
+
+def selu_vectorized_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """:func:`selu_vectorized` into ``out``; ``out`` may be ``x`` itself (in place)."""
+    torch.ops.selu_course.selu_vectorized.out(x, out=out)
+    return out
+
+
+def selu_vectorized_with_config(
+    x: torch.Tensor, threads_per_block: int, vectors_per_thread: int, max_blocks_per_sm: int
+) -> torch.Tensor:
+    """:func:`selu_vectorized` with a launch configuration of its own (a CPU checks it and ignores it).
+
+    ``max_blocks_per_sm=0`` is a one-shot grid (one block per tile); ``k > 0`` caps
+    the grid at ``k`` blocks per SM, which then loop over the tiles.
+    """
+    return torch.ops.selu_course.selu_vectorized_with_config.default(
+        x, threads_per_block, vectors_per_thread, max_blocks_per_sm
+    )
+
+
+def mistake_missing_minus_one(x: torch.Tensor) -> torch.Tensor:
+    """WRONG ON PURPOSE: ``λα·eˣ`` for x ≤ 0, without the − 1."""
+    return torch.ops.selu_course.mistake_missing_minus_one.default(x)
+
+
+def mistake_expf_minus_one(x: torch.Tensor) -> torch.Tensor:
+    """WRONG ON PURPOSE: ``expf(x) - 1`` instead of ``expm1f(x)``."""
+    return torch.ops.selu_course.mistake_expf_minus_one.default(x)
+
+
+def mistake_legacy_default_stream(x: torch.Tensor) -> torch.Tensor:
+    """WRONG ON PURPOSE: launched on the legacy default stream, not torch's current one."""
+    return torch.ops.selu_course.mistake_legacy_default_stream.default(x)
+
+
+def mistake_int32_count(x: torch.Tensor) -> torch.Tensor:
+    """WRONG ON PURPOSE: the element count narrowed to a 32-bit ``int``."""
+    return torch.ops.selu_course.mistake_int32_count.default(x)

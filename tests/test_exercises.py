@@ -1,0 +1,44 @@
+"""helpers.exercises: each check says "not answered yet" to None, accepts a right answer
+and rejects a wrong one with a reason, without raising."""
+import torch
+
+from helpers import bench, check, exercises
+
+
+def _copy_record(numel=2**20, gbps=3000.0):
+    return {"variant": bench.COPY, "numel": numel, "gbps": gbps, "dtype": "float32", "op": "forward"}
+
+
+def test_roofline_answer():
+    records = [_copy_record()]
+    expected = bench.roofline_ms(2**20, "bfloat16", 3000.0)
+    assert exercises.check_roofline_answer(None, records).status == "open"
+    assert exercises.check_roofline_answer(expected * 1.01, records).right
+    wrong = exercises.check_roofline_answer(2 * expected, records)  # float32 bytes
+    assert wrong.status == "wrong" and "half of the float32 bytes" in str(wrong)
+
+
+def test_selu_answer_accepts_the_formula_and_rejects_cheats():
+    def formula(x):
+        return torch.where(x > 0, check.SELU_SCALE * x, check.SELU_SCALE * check.SELU_ALPHA * torch.expm1(x))
+
+    def exp_minus_one(x):
+        return torch.where(x > 0, check.SELU_SCALE * x, check.SELU_SCALE * check.SELU_ALPHA * (torch.exp(x) - 1))
+
+    assert exercises.check_selu_answer(None).status == "open"
+    assert exercises.check_selu_answer(formula, device="cpu").right
+    assert exercises.check_selu_answer(exp_minus_one, device="cpu").status == "wrong"
+    calls_builtin = exercises.check_selu_answer(torch.selu, device="cpu")
+    assert calls_builtin.status == "wrong" and "torch.selu" in str(calls_builtin)
+
+
+def test_vectors_per_thread_answer():
+    def rec(vectors, ms):
+        return {"variant": "selu_vectorized", "dtype": "float32", "median_ms": ms, "run": "r", "op": "forward",
+                "numel": 1, "bytes": 8, "config": bench.launch_config(256, vectors, 0)}
+
+    records = [rec(1, 1.00), rec(2, 1.003), rec(4, 1.2)]
+    assert exercises.check_vectors_per_thread_answer(None, records).status == "open"
+    assert exercises.check_vectors_per_thread_answer(1, records).right
+    assert exercises.check_vectors_per_thread_answer(2, records).right  # within 0.5%: a tie
+    assert exercises.check_vectors_per_thread_answer(4, records).status == "wrong"
