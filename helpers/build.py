@@ -48,10 +48,14 @@ STALE_LOCK_SECONDS = 600  # no honest build of these kernels takes 10 minutes
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A kernel of the course: its CPU and CUDA sources and the operators they implement."""
+    """A kernel of the course: its CPU and CUDA sources and the operators they implement.
+
+    ``cuda_source`` is None for a kernel whose CUDA implementation is not written yet:
+    it runs on the CPU only, and a CUDA tensor gets the dispatcher's error.
+    """
 
     cpu_source: str
-    cuda_source: str
+    cuda_source: str | None
     operators: tuple[str, ...]
 
 
@@ -61,6 +65,8 @@ KERNELS = {
         "selu_cpu.cpp", "selu_vectorized.cu",
         ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_with_config"),
     ),
+    "selu_backward": KernelSpec("selu_backward_cpu.cpp", "selu_backward.cu",
+                                ("selu_backward", "selu_backward_from_output")),
     "mistakes": KernelSpec(
         "mistakes_cpu.cpp", "mistakes.cu",
         ("mistake_missing_minus_one", "mistake_expf_minus_one", "mistake_legacy_default_stream",
@@ -401,7 +407,7 @@ def load(
     spec = KERNELS[kernel]
     loaded = Loaded(kernel, spec.operators)
     loaded.libraries.append(_build_library(spec.cpu_source, "cpu", (), tuple(extra_cflags), verbose))
-    if backend == "cuda":
+    if backend == "cuda" and spec.cuda_source is not None:
         loaded.libraries.append(
             _build_library(spec.cuda_source, "cuda", tuple(extra_cuda_cflags), tuple(extra_cflags), verbose)
         )
@@ -417,7 +423,7 @@ def loaded(kernel: str, **options) -> Iterator[Loaded]:
     per device at a time.
     """
     spec = KERNELS[kernel]
-    before = {source: _LOADED.get(source) for source in (spec.cpu_source, spec.cuda_source)}
+    before = {source: _LOADED.get(source) for source in (spec.cpu_source, spec.cuda_source) if source is not None}
     try:
         yield load(kernel, **options)
     finally:

@@ -44,6 +44,9 @@ __all__ = [
     "assert_close_ulps",
     "assert_selu",
     "selu_reference",
+    "selu_backward_reference",
+    "selu_backward_from_output_reference",
+    "BACKWARD_MAX_ULP",
     "relu_reference",
     "special_values",
     "make_input",
@@ -83,6 +86,11 @@ DEFAULT_DISTRIBUTIONS = ("normal", "wide_uniform", "tiny", "huge", "large_negati
 # tie, its neighbour: at most 1 ulp.
 MAX_ULP = {torch.float32: 2, torch.float64: 2, torch.float16: 1, torch.bfloat16: 1}
 DTYPES = tuple(MAX_ULP)
+# The backward pass, against its float64 reference rounded to the dtype: grad·λα is
+# rounded, then multiplied by a rounded exp (or y + λα is rounded, then multiplied),
+# so float32 and float64 carry up to three roundings of the working precision;
+# float16/bfloat16 compute in float32 and round once, as in the forward pass.
+BACKWARD_MAX_ULP = {torch.float32: 3, torch.float64: 3, torch.float16: 1, torch.bfloat16: 1}
 
 # How many views of each kind a check makes, and their sizes: odd, so no vector width
 # divides them.
@@ -114,6 +122,29 @@ def selu_reference(x: torch.Tensor) -> torch.Tensor:
     """
     x = x.double()
     return torch.where(x > 0, SELU_SCALE * x, (SELU_SCALE * SELU_ALPHA) * torch.expm1(x))
+
+
+def selu_backward_reference(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``grad * d selu/dx`` in float64, from the forward's input: ``grad·λ`` for ``x > 0``,
+    ``grad·λα·eˣ`` otherwise. ``x > 0``, as in the forward: NaN gives NaN, and both
+    zeros take ``λα·e⁰``."""
+    grad, x = grad.double(), x.double()
+    return torch.where(x > 0, grad * SELU_SCALE, grad * (SELU_SCALE * SELU_ALPHA) * torch.exp(x))
+
+
+def selu_backward_from_output_reference(grad: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The same from the forward's output ``y = selu(x)``: ``grad·λ`` for ``y > 0``,
+    ``grad·(y + λα)`` otherwise (for x <= 0, λα·eˣ = y + λα), in float64.
+
+    ``λα`` is taken rounded to the math type of ``y``'s dtype (float32 for the 16-
+    and 32-bit types), as a kernel has it: where x is very negative, y is within
+    rounding of −λα and the sum cancels, so the exact constant would measure the
+    rounding of the constant rather than the kernel.
+    """
+    math_type = torch.float64 if y.dtype == torch.float64 else torch.float32
+    coefficient = torch.tensor(SELU_SCALE, dtype=math_type) * torch.tensor(SELU_ALPHA, dtype=math_type)
+    grad, y = grad.double(), y.double()
+    return torch.where(y > 0, grad * SELU_SCALE, grad * (y + coefficient.double()))
 
 
 def relu_reference(x: torch.Tensor) -> torch.Tensor:

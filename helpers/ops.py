@@ -43,6 +43,9 @@ SCHEMAS = {
     "selu_vectorized_with_config": (
         "(Tensor x, int threads_per_block, int vectors_per_thread, int max_blocks_per_sm) -> Tensor"
     ),
+    # notebook 04: the backward pass, grad_in = grad * d selu/dx, from the input or the output
+    "selu_backward": "(Tensor grad, Tensor x) -> Tensor",
+    "selu_backward_from_output": "(Tensor grad, Tensor y) -> Tensor",
     # notebook 02's first drafts: wrong on purpose (kernels/mistakes*.c*)
     "mistake_missing_minus_one": "(Tensor x) -> Tensor",
     "mistake_expf_minus_one": "(Tensor x) -> Tensor",
@@ -52,11 +55,18 @@ SCHEMAS = {
 
 # The dtypes each operator accepts, as its C++ checks say (kernels/selu_checks.h).
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-DTYPES = {name: FLOAT_DTYPES if name.startswith("selu_vectorized") else (torch.float32,) for name in SCHEMAS}
+DTYPES = {name: FLOAT_DTYPES if name.startswith(("selu_vectorized", "selu_backward")) else (torch.float32,)
+          for name in SCHEMAS}
+BACKWARD_OPS = ("selu_backward", "selu_backward_from_output")
+# The functional forward operators: the ones an autograd rule is registered for.
+FORWARD_OPS = tuple(name for name in SCHEMAS if "." not in name and name not in BACKWARD_OPS)
 
 # Kept alive for the life of the process: dropping a Library object deregisters
 # what it registered.
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
+# The forward operators' autograd rules live in a library of their own, so that
+# enable_backward() can swap the rule that refuses a gradient for the real one.
+_autograd_rules: torch.library.Library | None = None
 for _name, _schema in SCHEMAS.items():
     _LIBRARY.define(_name + _schema)
 
@@ -111,7 +121,19 @@ def _register_fakes() -> None:
     ``torch.empty_like(x)`` picks, which is what the C++ implementations allocate
     (kernels/elementwise.h); an ``out=`` overload returns nothing.
     """
+    for name in BACKWARD_OPS:
+        def fake_backward(grad, saved, _name=name):
+            _check_dtype(_name, grad)
+            _check_dtype(_name, saved)
+            if grad.shape != saved.shape or grad.dtype != saved.dtype:
+                raise RuntimeError(f"{qualified(_name)}: grad is {grad.dtype} {tuple(grad.shape)} but the saved "
+                                   f"tensor is {saved.dtype} {tuple(saved.shape)}; both must match the forward result.")
+            return torch.empty_like(saved)
+
+        torch.library.register_fake(qualified(name), fake_backward, lib=_LIBRARY)
     for name in SCHEMAS:
+        if name in BACKWARD_OPS:
+            continue
         if name.endswith(".out"):
             def fake_out(x, *, out, _name=name.removesuffix(".out")):
                 _check_dtype(_name, x)
@@ -136,7 +158,7 @@ NO_BACKWARD_YET = (
 )
 
 
-def _forbid_gradients(name: str) -> None:
+def _forbid_gradients(name: str, lib: torch.library.Library) -> None:
     """Register an autograd rule that refuses to run when a gradient is wanted.
 
     Without any autograd rule, a custom operator's result would silently not
@@ -151,7 +173,78 @@ def _forbid_gradients(name: str) -> None:
     def backward(ctx, grad):  # never reached: setup_context refuses first
         raise RuntimeError(NO_BACKWARD_YET.format(op=qualified(name)))
 
-    torch.library.register_autograd(qualified(name), backward, setup_context=setup_context, lib=_LIBRARY)
+    torch.library.register_autograd(qualified(name), backward, setup_context=setup_context, lib=lib)
+
+
+# region: autograd
+def _save_input(ctx, inputs, output):
+    # The backward needs x alone: not the output, and no gradient for the launch
+    # configuration's ints (selu_vectorized_with_config).
+    ctx.save_for_backward(inputs[0])
+    ctx.config_args = len(inputs) - 1
+
+
+def _selu_backward_rule(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return (torch.ops.selu_course.selu_backward.default(grad, x),) + (None,) * ctx.config_args
+
+
+def enable_backward() -> None:
+    """Register the real autograd rule on every functional forward operator: the backward is
+    ``selu_backward(grad, x)``, saving only ``x``. The mistakes keep refusing.
+
+    Needs the backward kernels of the device at hand (``build.load`` of a SELU kernel
+    registers the CPU one). :func:`disable_backward` restores the refusing rules.
+    """
+    global _autograd_rules
+    _reset_autograd_rules()
+    for name in FORWARD_OPS:
+        if name.startswith("mistake_"):
+            _forbid_gradients(name, _autograd_rules)
+        else:
+            torch.library.register_autograd(qualified(name), _selu_backward_rule,
+                                            setup_context=_save_input, lib=_autograd_rules)
+# endregion
+
+
+def disable_backward() -> None:
+    """Every functional forward operator refuses a gradient again (the state before notebook 04)."""
+    _reset_autograd_rules()
+    for name in FORWARD_OPS:
+        _forbid_gradients(name, _autograd_rules)
+
+
+def _reset_autograd_rules() -> None:
+    global _autograd_rules
+    if _autograd_rules is not None:
+        _autograd_rules._destroy()  # removes its registrations: a new rule may take their place
+    _autograd_rules = torch.library.Library(NAMESPACE, "FRAGMENT")
+
+
+def _register_double_backward() -> None:
+    """Autograd rules for the backward operators themselves, so that a gradient of a
+    gradient (``gradgradcheck``, second-order optimisers) flows through them."""
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def from_input(ctx, grad_grad_in):
+        # grad_in = grad * f(x) with f(x) = lambda for x > 0, lambda*alpha*e^x otherwise, so
+        # d/dgrad = f(x), and d/dx = grad * f'(x) = grad * lambda*alpha*e^x where x <= 0, else 0.
+        grad, x = ctx.saved_tensors
+        d_grad = torch.ops.selu_course.selu_backward.default(grad_grad_in, x)
+        d_x = torch.where(x <= 0, torch.ops.selu_course.selu_backward.default(grad * grad_grad_in, x), 0)
+        return d_grad, d_x
+
+    def from_output(ctx, grad_grad_in):
+        # grad_in = grad * (y + lambda*alpha) for y <= 0, grad * lambda otherwise.
+        grad, y = ctx.saved_tensors
+        d_grad = torch.ops.selu_course.selu_backward_from_output.default(grad_grad_in, y)
+        d_y = torch.where(y <= 0, grad * grad_grad_in, 0)
+        return d_grad, d_y
+
+    for name, rule in (("selu_backward", from_input), ("selu_backward_from_output", from_output)):
+        torch.library.register_autograd(qualified(name), rule, setup_context=setup_context, lib=_LIBRARY)
 
 
 def _forbid_gradients_out(name: str) -> None:
@@ -177,8 +270,11 @@ def _forbid_gradients_out(name: str) -> None:
 
 
 _register_fakes()
+_register_double_backward()
 for _name in SCHEMAS:
-    (_forbid_gradients_out if _name.endswith(".out") else _forbid_gradients)(_name)
+    if _name.endswith(".out"):
+        _forbid_gradients_out(_name)
+disable_backward()
 
 
 # ----------------------------------------------------------------------------- the thin layer
@@ -217,6 +313,16 @@ def selu_vectorized_with_config(
     return torch.ops.selu_course.selu_vectorized_with_config.default(
         x, threads_per_block, vectors_per_thread, max_blocks_per_sm
     )
+
+
+def selu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Notebook 04: ``grad * d selu/dx`` from the forward's input ``x``."""
+    return torch.ops.selu_course.selu_backward.default(grad, x)
+
+
+def selu_backward_from_output(grad: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Notebook 04: the same from the forward's output ``y = selu(x)`` (what an in-place forward keeps)."""
+    return torch.ops.selu_course.selu_backward_from_output.default(grad, y)
 
 
 def mistake_missing_minus_one(x: torch.Tensor) -> torch.Tensor:

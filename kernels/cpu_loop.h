@@ -36,4 +36,18 @@ void cpu_elementwise(const at::Tensor& src, at::Tensor& out, Op op) {
   cpu_elementwise<scalar_t>(src, out, op, src.numel());
 }
 
+// out[k] = op(a[k], b[k]): the backward pass, over three dense tensors of one layout.
+template <typename scalar_t, typename Op>
+void cpu_elementwise_binary(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, Op op) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  const scalar_t* first = a.const_data_ptr<scalar_t>();
+  const scalar_t* second = b.const_data_ptr<scalar_t>();
+  scalar_t* result = out.mutable_data_ptr<scalar_t>();
+  at::parallel_for(0, out.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      result[k] = static_cast<scalar_t>(op(static_cast<opmath_t>(first[k]), static_cast<opmath_t>(second[k])));
+    }
+  });
+}
+
 }  // namespace selu_course

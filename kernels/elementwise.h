@@ -73,4 +73,24 @@ void unary_out(const char* op, const at::Tensor& x, at::Tensor& out, DenseKernel
 }
 // endregion
 
+// region: binary_new_tensor
+// z = f(a, b) for two tensors of one shape, dtype and device (the backward pass:
+// a is the incoming gradient, b what the forward saved), in a new tensor laid
+// out as b (empty_like), with a and b brought into that layout where they are
+// not in it already. The result never aliases a: autograd may hand the same
+// gradient buffer to several backward functions, so none may write into it.
+template <typename DenseKernel>
+at::Tensor binary_new_tensor(const char* op, const at::Tensor& a, const at::Tensor& b, DenseKernel&& dense_kernel) {
+  TORCH_CHECK(a.sizes() == b.sizes(), op, ": grad has shape ", a.sizes(), " but the saved tensor has shape ",
+              b.sizes(), "; both must have the forward result's shape.");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": grad is ", a.scalar_type(), " but the saved tensor is ",
+              b.scalar_type(), "; convert one, e.g. grad.to(x.dtype).");
+  TORCH_CHECK(a.device() == b.device(), op, ": grad is on ", a.device(), " but the saved tensor is on ", b.device(),
+              "; move one, e.g. grad.to(x.device).");
+  at::Tensor out = at::empty_like(b);
+  dense_kernel(in_layout_of(a, out), in_layout_of(b, out), out);
+  return out;
+}
+// endregion
+
 }  // namespace selu_course

@@ -40,13 +40,38 @@ SELU_HOST_DEVICE T selu(T x) {
 }
 // endregion
 
-// d selu / dx, for the backward kernels of later notebooks.
+// exp with the precision of its argument, for the backward pass.
+SELU_HOST_DEVICE float exp_of(float x) { return expf(x); }
+SELU_HOST_DEVICE double exp_of(double x) { return exp(x); }
+
+// region: backward
+// The backward pass: grad_in = grad * d selu / dx, in the math type T, with the
+// coefficients rounded to T first and the products taken left to right as
+// torch's elu_backward takes them. The derivative is lambda for x > 0 and
+// lambda * alpha * e^x otherwise.
+//
+// From the input x. The test is x > 0, as in the forward pass: a NaN input takes
+// the e^x side and gives NaN, so a NaN in the forward pass shows in the
+// gradient too (torch's vectorized CPU loop does the same).
 template <typename T>
-SELU_HOST_DEVICE T selu_derivative(T x) {
+SELU_HOST_DEVICE T selu_backward_from_input(T grad, T x) {
   const T scale = static_cast<T>(kSeluScale);
   const T negative_coef = static_cast<T>(kSeluAlpha) * scale;
-  return x > T(0) ? scale : (expm1_of(x) + T(1)) * negative_coef;
+  return x > T(0) ? grad * scale : grad * negative_coef * exp_of(x);
 }
+
+// From the output y = selu(x): for x <= 0, y = lambda * alpha * (e^x - 1), so
+// lambda * alpha * e^x = y + lambda * alpha, and y > 0 exactly where x > 0.
+// This is what lets an in-place selu_ keep only its result for the backward.
+// Where x is very negative, y is within rounding of -lambda * alpha and the sum
+// cancels: the tiny derivative there is known only to the rounding of y.
+template <typename T>
+SELU_HOST_DEVICE T selu_backward_from_output(T grad, T y) {
+  const T scale = static_cast<T>(kSeluScale);
+  const T negative_coef = static_cast<T>(kSeluAlpha) * scale;
+  return y > T(0) ? grad * scale : grad * (y + negative_coef);
+}
+// endregion
 
 // ReLU that propagates NaN like torch.relu: NaN < 0 is false, so NaN passes through.
 template <typename T>
@@ -63,6 +88,15 @@ struct SeluOp {
 struct ReluOp {
   template <typename T>
   SELU_HOST_DEVICE T operator()(T x) const { return relu(x); }
+};
+// Two inputs: the incoming gradient and what the forward pass saved.
+struct SeluBackwardFromInputOp {
+  template <typename T>
+  SELU_HOST_DEVICE T operator()(T grad, T x) const { return selu_backward_from_input(grad, x); }
+};
+struct SeluBackwardFromOutputOp {
+  template <typename T>
+  SELU_HOST_DEVICE T operator()(T grad, T y) const { return selu_backward_from_output(grad, y); }
 };
 
 }  // namespace selu_course

@@ -32,34 +32,14 @@
 #include "elementwise.h"
 #include "selu_checks.h"
 #include "selu_math.cuh"
+#include "vectors.cuh"
 
 namespace selu_course {
 namespace {
 
-// region: vectors
-constexpr int kVectorBytes = 16;            // the widest load a thread can issue
 constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
 
-// The built-in type that moves 16 bytes of T in one instruction (ld.global.v4,
-// ld.global.v2.f64). Half types travel as four 32-bit words.
-template <typename T> struct VectorOf;
-template <> struct VectorOf<float> { using type = float4; };
-template <> struct VectorOf<double> { using type = double2; };
-template <> struct VectorOf<at::Half> { using type = uint4; };
-template <> struct VectorOf<at::BFloat16> { using type = uint4; };
-
-template <typename T>
-constexpr int kElementsPerVector = kVectorBytes / sizeof(T);  // 4 fp32, 2 fp64, 8 fp16/bf16
-
-// One 16-byte vector seen two ways: as `vector` by the load and the store, as
-// `elements` by the math. Indexed only with compile-time constants (unrolled
-// loops), the union lives in registers.
-template <typename T>
-union Pack {
-  typename VectorOf<T>::type vector;
-  T elements[kElementsPerVector<T>];
-};
-
+// region: element
 // selu of one element, computed in at::opmath_type<T>: float for fp16/bf16 (one
 // rounding, on the way out, as torch does), T itself for fp32/fp64.
 template <typename T>
@@ -170,12 +150,6 @@ LaunchConfig default_config(at::ScalarType dtype) {
 // endregion
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// region: alignment
-bool is_16_byte_aligned(const void* pointer) {
-  return reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
-}
-// endregion
 
 int multiprocessor_count(c10::DeviceIndex device) {
   int count = 0;

@@ -101,10 +101,11 @@ READ_ONLY_LOAD = re.compile(r"\bld\.global\.nc\b")
 
 
 def _may_write_what_it_reads(kernel_name: str) -> bool:
-    """Every kernel but the vectorized kernel's IN_PLACE = false instantiations: the
-    naive and scalar kernels serve out= (out may be x) and in-place instantiations are
-    in place by definition."""
-    return not re.search(r"selu_vectorized_kernel<[^>]*, false>", kernel_name)
+    """Every kernel but the vectorized kernel's IN_PLACE = false instantiations and the
+    backward kernels (whose grad_in is always a new tensor): the naive and scalar
+    kernels serve out= (out may be x), and in-place instantiations are in place by
+    definition."""
+    return not re.search(r"selu_vectorized_kernel<[^>]*, false>|selu_backward(_scalar)?_kernel<", kernel_name)
 
 
 @pytest.mark.parametrize("filename", CU_FILES)

@@ -1,0 +1,147 @@
+// The backward pass of notebook 04 on CUDA: grad_in = grad * d selu / dx, from the
+// forward's input x or its output y, in every floating dtype.
+//
+// The forward kernel of notebook 03 with two inputs: each thread loads 16-byte
+// vectors of grad and of the saved tensor, all before any math, computes in
+// at::opmath_type (float for fp16/bf16, one rounding on the way out) and stores
+// 16 bytes of grad_in. grad_in is always a new tensor, so both inputs are only
+// read, through the read-only path (ld.global.nc); it is never grad itself,
+// since autograd may hand one gradient buffer to several backward functions.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "elementwise.h"
+#include "selu_checks.h"
+#include "selu_math.cuh"
+#include "vectors.cuh"
+
+namespace selu_course {
+namespace {
+
+constexpr int kThreadsPerBlock = 256;
+constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
+
+template <typename T, typename Op>
+__device__ __forceinline__ T backward_element(T grad, T saved, Op op) {
+  using opmath_t = at::opmath_type<T>;
+  return static_cast<T>(op(static_cast<opmath_t>(grad), static_cast<opmath_t>(saved)));
+}
+
+// region: kernel
+// Tiles of blockDim.x * VECTORS_PER_THREAD vectors, a grid-stride loop over them,
+// and the last numel % kElementsPerVector elements one by one: as the forward kernel.
+template <typename T, int VECTORS_PER_THREAD, typename Op>
+__global__ void selu_backward_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
+  using Vector = typename VectorOf<T>::type;
+  const Vector* grad_vectors = reinterpret_cast<const Vector*>(grad);
+  const Vector* saved_vectors = reinterpret_cast<const Vector*>(saved);
+  Vector* out_vectors = reinterpret_cast<Vector*>(grad_in);
+  const int64_t num_vectors = numel / kElementsPerVector<T>;
+  const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
+
+  for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
+    Pack<T> grads[VECTORS_PER_THREAD];
+    Pack<T> saves[VECTORS_PER_THREAD];
+#pragma unroll
+    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
+      if (i < num_vectors) {
+        grads[v].vector = __ldg(grad_vectors + i);
+        saves[v].vector = __ldg(saved_vectors + i);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
+      if (i < num_vectors) {
+#pragma unroll
+        for (int e = 0; e < kElementsPerVector<T>; ++e) {
+          grads[v].elements[e] = backward_element(grads[v].elements[e], saves[v].elements[e], op);
+        }
+        out_vectors[i] = grads[v].vector;
+      }
+    }
+  }
+  const int64_t tail_index = num_vectors * kElementsPerVector<T> + threadIdx.x;
+  if (blockIdx.x == 0 && tail_index < numel) {
+    grad_in[tail_index] = backward_element(grad[tail_index], saved[tail_index], op);
+  }
+}
+// endregion
+
+// One element per thread per step, for pointers that are not 16-byte aligned.
+template <typename T, typename Op>
+__global__ void selu_backward_scalar_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
+    grad_in[i] = backward_element(grad[i], saved[i], op);
+  }
+}
+
+unsigned int grid_for(int64_t blocks_needed) {
+  return static_cast<unsigned int>(std::max<int64_t>(1, std::min(blocks_needed, kMaxBlocks)));
+}
+
+// grad, saved and grad_in: dense tensors of one layout (elementwise.h). The
+// forward's default: one vector per thread for 4- and 8-byte types, four for the
+// 2-byte ones.
+template <typename T, typename Op>
+void launch_backward(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op, cudaStream_t stream) {
+  if (!is_16_byte_aligned(grad) || !is_16_byte_aligned(saved) || !is_16_byte_aligned(grad_in)) {
+    selu_backward_scalar_kernel<T><<<grid_for((numel + kThreadsPerBlock - 1) / kThreadsPerBlock), kThreadsPerBlock, 0,
+                                     stream>>>(grad, saved, grad_in, numel, op);
+  } else {
+    constexpr int kVectors = sizeof(T) >= 4 ? 1 : 4;
+    const int64_t tile = int64_t{kThreadsPerBlock} * kVectors;
+    const int64_t tiles = (numel / kElementsPerVector<T> + tile - 1) / tile;
+    selu_backward_kernel<T, kVectors><<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, op);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void check_input(const at::Tensor& t, const char* op) {
+  check_device(t, c10::DeviceType::CUDA, op);
+  check_floating(t, op);
+}
+
+template <typename Op>
+at::Tensor backward_with(const at::Tensor& grad, const at::Tensor& saved, const char* op, Op element_op) {
+  check_input(grad, op);
+  check_input(saved, op);
+  const c10::cuda::CUDAGuard device_guard(saved.device());
+  return binary_new_tensor(op, grad, saved, [&](const at::Tensor& g, const at::Tensor& s, at::Tensor& out) {
+    const int64_t numel = out.numel();
+    if (numel == 0) {
+      return;  // a grid of 0 blocks is an invalid launch configuration
+    }
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, s.scalar_type(), "selu_backward_cuda", [&] {
+      launch_backward<scalar_t>(g.const_data_ptr<scalar_t>(), s.const_data_ptr<scalar_t>(),
+                                out.mutable_data_ptr<scalar_t>(), numel, element_op, stream);
+    });
+  });
+}
+
+at::Tensor backward_from_input(const at::Tensor& grad, const at::Tensor& x) {
+  return backward_with(grad, x, "selu_course::selu_backward", SeluBackwardFromInputOp{});
+}
+
+at::Tensor backward_from_output(const at::Tensor& grad, const at::Tensor& y) {
+  return backward_with(grad, y, "selu_course::selu_backward_from_output", SeluBackwardFromOutputOp{});
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
+  m.impl("selu_backward", &backward_from_input);
+  m.impl("selu_backward_from_output", &backward_from_output);
+}
+
+}  // namespace selu_course
