@@ -13,3 +13,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and env.nvcc_path() is None:
             item.add_marker(skip_nvcc)
+
+
+@pytest.fixture
+def poisoned():
+    """Every tensor allocated during the test starts full of NaN (helpers.check.poisoned_outputs),
+    so an element a kernel never writes cannot pass. Kernel tests use it for every test."""
+    from helpers import check
+
+    with check.poisoned_outputs():
+        yield

@@ -31,15 +31,12 @@ def dtype_id(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+pytestmark = pytest.mark.usefixtures("poisoned")  # tests/conftest.py
+
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     return [build.load(kernel, backend="cpu") for kernel in ("selu_vectorized", "selu_naive", "selu_backward", "mistakes")]
 
-
-@pytest.fixture(autouse=True)
-def poisoned():
-    with check.poisoned_outputs():
-        yield
 
 
 def saved_for(name: str, x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""The course's operators on a GPU (kernels/selu_naive.cu, selu_vectorized.cu, mistakes.cu).
+"""The course's operators on a GPU (kernels/selu_naive.cu, selu_vectorized.cu, mistakes.cu): what
+only a GPU shows; tests/test_kernels.py holds what every device must do alike.
 
 Every test calls through :mod:`helpers.ops`, as the notebooks do: the same
 operator dispatches to the CUDA kernel for a GPU tensor. Every tensor allocated
@@ -16,12 +17,6 @@ import pytest
 import torch
 
 from kernel_cases import (
-    ENTRY_POINTS,
-    FLOAT32_ONLY,
-    NON_FLOATING_DTYPES,
-    NOT_FLOATING_ERROR,
-    OTHER_FLOATS,
-    TAIL_SIZES,
     dtype_id,
     float32_kernels,
     kernel_dtypes,
@@ -31,7 +26,7 @@ from kernel_cases import (
 
 from helpers import build, check, demos, env, ops
 
-pytestmark = [pytest.mark.gpu]  # tests/conftest.py skips these where there is no GPU
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("poisoned")]  # tests/conftest.py skips these where there is no GPU
 
 CUDA = "cuda"
 THREADS_PER_BLOCK = (64, 128, 256, 512, 1024)
@@ -45,17 +40,6 @@ def registered():
     """The CPU and CUDA libraries of every kernel, built once (cached in .build/)."""
     return [build.load(kernel, backend="cuda") for kernel in build.KERNELS]
 
-
-@pytest.fixture(autouse=True)
-def poisoned():
-    with check.poisoned_outputs():
-        yield
-
-
-def test_new_tensors_are_poisoned():
-    # Without this, the tests that rely on poisoning would pass vacuously.
-    assert torch.empty(1000, device=CUDA).isnan().all()
-    assert torch.empty_like(torch.zeros(1000, device=CUDA, dtype=torch.bfloat16)).isnan().all()
 
 
 # ---- results ---------------------------------------------------------------------------------
@@ -97,24 +81,6 @@ def test_course_check_fails_the_wrong_math(name):
 
 
 @kernel_dtypes
-def test_selu_out_writes_every_element(case):
-    kernel, dtype = case
-    x = check.harness_input(dtype=dtype, device=CUDA)
-    out = torch.empty_like(x)
-    assert out.isnan().all()  # poisoned: an element left unwritten stays NaN
-    assert selu_out(kernel)(x, out) is out
-    check.assert_selu(out, x)
-
-
-@kernel_dtypes
-@pytest.mark.parametrize("numel", TAIL_SIZES)
-def test_tail_sizes(case, numel):
-    kernel, dtype = case
-    x = check.harness_input(numel, dtype=dtype, device=CUDA, seed=numel)
-    check.assert_selu(selu(kernel)(x), x)
-
-
-@kernel_dtypes
 @pytest.mark.parametrize("offset", range(9))
 def test_views_at_every_offset(case, offset):
     # Offsets of 0..8 elements: some views are 16-byte aligned (vector path),
@@ -127,87 +93,6 @@ def test_views_at_every_offset(case, offset):
     out = torch.empty(numel + 8, dtype=dtype, device=CUDA)[offset:offset + numel]
     selu_out(kernel)(base[:numel], out)  # aligned input, output at the offset
     check.assert_selu(out, base[:numel])
-
-
-@kernel_dtypes
-def test_in_place(case):
-    # out is x: each element is read before it is written, by the same thread.
-    kernel, dtype = case
-    base = check.harness_input(100_003, dtype=dtype, device=CUDA)
-    before = base.clone()
-    assert selu_out(kernel)(base, base) is base  # aligned: the vector path
-    check.assert_selu(base, before)
-    x = base[1:]  # misaligned: the scalar path; the element before it is untouched
-    before = base.clone()
-    selu_out(kernel)(x, x)
-    check.assert_selu(x, before[1:])
-    assert base[:1].view(torch.uint8).equal(before[:1].view(torch.uint8))
-
-
-@kernel_dtypes
-@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
-def test_dense_input_keeps_its_layout(case, layout):
-    # Computed in x's own layout, with no copy; the result has x's strides, as torch.selu's does.
-    kernel, dtype = case
-    if layout == "transposed":
-        x = check.harness_input(64 * 48, dtype=dtype, device=CUDA).reshape(64, 48).t()
-    else:
-        x = check.harness_input(2 * 3 * 5 * 7, dtype=dtype, device=CUDA).reshape(2, 3, 5, 7)
-        x = x.contiguous(memory_format=torch.channels_last)
-    assert not x.is_contiguous()
-    y = selu(kernel)(x)
-    assert y.stride() == x.stride() == torch.selu(x).stride()
-    check.assert_selu(y, x)
-
-
-@kernel_dtypes
-@pytest.mark.parametrize("layout", ["strided", "expanded"])
-def test_input_with_gaps_gives_a_dense_result(case, layout):
-    kernel, dtype = case
-    if layout == "strided":
-        x = check.harness_input(64 * 48, dtype=dtype, device=CUDA).reshape(64, 48)[:, ::3]
-    else:  # every row the same memory
-        x = check.harness_input(48, dtype=dtype, device=CUDA).expand(64, 48)
-    y = selu(kernel)(x)
-    assert y.shape == x.shape and y.is_contiguous()
-    check.assert_selu(y, x)
-
-
-@kernel_dtypes
-@pytest.mark.parametrize("out_layout", ["transposed", "strided"])
-def test_out_in_another_layout(case, out_layout):
-    kernel, dtype = case
-    x = check.harness_input(64 * 48, dtype=dtype, device=CUDA).reshape(64, 48)
-    if out_layout == "transposed":
-        out = torch.empty(48, 64, dtype=dtype, device=CUDA).t()
-    else:
-        out = torch.empty(64, 96, dtype=dtype, device=CUDA)[:, ::2]
-    strides = out.stride()
-    assert selu_out(kernel)(x, out) is out
-    assert out.stride() == strides
-    check.assert_selu(out, x)
-
-
-@kernel_dtypes
-@pytest.mark.parametrize("shape", [(0,), (3, 0)])
-def test_empty_tensors(case, shape):
-    # A grid of 0 blocks would be an invalid launch: the kernels launch nothing.
-    kernel, dtype = case
-    x = torch.empty(shape, dtype=dtype, device=CUDA)
-    assert selu(kernel)(x).shape == shape
-    assert selu_out(kernel)(x, torch.empty_like(x)).shape == shape
-    torch.cuda.synchronize()  # a launch error would surface here
-
-
-@kernel_dtypes
-def test_zero_dim_tensor(case):
-    # One element: no whole vector, so only the tail code runs.
-    kernel, dtype = case
-    x = torch.tensor(-0.5, dtype=dtype, device=CUDA)
-    y = selu(kernel)(x)
-    assert y.shape == ()
-    check.assert_selu(y, x)
-    check.assert_selu(selu_out(kernel)(x, torch.empty_like(x)), x)
 
 
 # ---- launch configurations ---------------------------------------------------------------------
@@ -320,22 +205,6 @@ def test_int32_count_leaves_elements_unwritten(big_input):
 # ---- bad input ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", NON_FLOATING_DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("name", ENTRY_POINTS)
-def test_non_floating_input_is_an_error(name, dtype):
-    x = torch.ones(8).to(dtype).to(CUDA)
-    with pytest.raises(RuntimeError, match=NOT_FLOATING_ERROR):
-        ENTRY_POINTS[name](x)
-        torch.cuda.synchronize()
-
-
-@pytest.mark.parametrize("dtype", OTHER_FLOATS, ids=dtype_id)
-@pytest.mark.parametrize("name", FLOAT32_ONLY)
-def test_naive_and_mistakes_are_float32_only(name, dtype):
-    with pytest.raises(RuntimeError, match="float32 only"):
-        ENTRY_POINTS[name](torch.ones(8, dtype=dtype, device=CUDA))
-
-
 @pytest.mark.parametrize(
     "config, message",
     [
@@ -367,14 +236,6 @@ def test_bad_launch_config_is_an_error(config, message):
 def test_bad_out_is_an_error(kernel, make_out, message):
     with pytest.raises(RuntimeError, match=message):
         selu_out(kernel)(torch.randn(8, device=CUDA), make_out())
-
-
-@float32_kernels
-def test_out_partly_overlapping_x_is_an_error(kernel):
-    # The kernel would read elements it has already overwritten.
-    memory = check.harness_input(9, device=CUDA)
-    with pytest.raises(RuntimeError, match="partly overlaps"):
-        selu_out(kernel)(memory[:8], memory[1:9])
 
 
 @float32_kernels

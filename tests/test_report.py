@@ -15,7 +15,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from helpers import bench, build, check, env, ops, report, results
+from helpers import bench, build, check, env, report, results
 
 COPY = bench.COPY
 REF = env.REFERENCE_NUMEL
