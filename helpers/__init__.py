@@ -12,11 +12,12 @@ Each notebook calls these in one line:
 * :mod:`helpers.nvcc`    compile a ``.cu`` file to PTX and read ptxas's report, no GPU needed
 * :mod:`helpers.demos`   notebook 02's live demonstrations (first-draft bugs, races, big tensors)
 * :mod:`helpers.report`  notebook 03's tables, measurements and goal report
+* :mod:`helpers.backward` notebook 04's derivative, backward checks, speed, memory and training run
 * :mod:`helpers.exercises` the check cells of the exercises
 """
 from . import env  # noqa: F401  (cheap; the others import torch-heavy pieces lazily)
 
-__all__ = ["env", "ops", "build", "check", "bench", "plot", "results", "nvcc", "demos", "report", "exercises"]
+__all__ = ["env", "ops", "build", "check", "bench", "plot", "results", "nvcc", "demos", "report", "backward", "exercises"]
 
 
 def __getattr__(name):

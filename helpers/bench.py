@@ -35,8 +35,9 @@ from . import env
 COPY = "copy"  # the variant name of the roofline measurement
 
 # How many full-size tensors each op reads and writes: the forward pass reads x and
-# writes y; the backward pass reads grad_out and x and writes grad_in.
-TENSORS_READ_WRITTEN = {"forward": (1, 1), "backward": (2, 1)}
+# writes y; the backward pass reads grad_out and x and writes grad_in; a training
+# step is both (x read twice, grad_out once; y and grad_in written).
+TENSORS_READ_WRITTEN = {"forward": (1, 1), "backward": (2, 1), "step": (3, 2)}
 
 # do_bench's defaults, written out because the course's text quotes them.
 DO_BENCH_WARMUP_MS = 25
@@ -314,8 +315,9 @@ def measure(
 ) -> list[dict]:
     """Time every variant on one fresh random input of ``numel`` elements, as one run.
 
-    With ``include_copy`` the copy roofline (``out.copy_(x)`` into a preallocated
-    ``out``) is timed first, on the same input. ``x`` replaces the random input
+    With ``include_copy`` the copy roofline of ``op`` (:func:`roofline_copy`: for the
+    forward pass ``out.copy_(x)`` into a preallocated ``out``) is timed first, on the
+    same input. ``x`` replaces the random input
     (its dtype and device then win). A value of ``variants`` is a function or a
     :class:`Variant`. Returns one JSON-ready record per variant (see
     :func:`_record`), all with the same ``run``.
@@ -333,9 +335,10 @@ def measure(
     run = new_run()
     records = []
     if include_copy:
-        out = torch.empty_like(x)
-        records.append(_record(COPY, op, dtype, numel, time_fn(lambda: out.copy_(x), device=device), device, run))
-        del out  # on a big GPU input this is a whole second tensor: free it before the variants
+        copy = roofline_copy(op, x)
+        records.append(_record(COPY, op, dtype, numel, time_fn(copy, device=device), device, run))
+        del copy  # its buffers are whole tensors of a big GPU input: free them before the variants
+        _release_memory(device)
     for label, fn in variants.items():
         # Each call's output is dropped before the next call, so at most one lives at a time.
         timing = time_fn(lambda fn=fn: fn(x), device=device)
@@ -343,6 +346,26 @@ def measure(
         records.append(_record(name, op, dtype, numel, timing, device, run, config))
         _release_memory(device)
     return records
+
+
+def roofline_copy(op: str, x: torch.Tensor) -> Callable[[], object]:
+    """A function that moves exactly the bytes ``op`` must move, with torch's copy kernels:
+    the yardstick its records are divided by.
+
+    forward: ``out.copy_(x)``, one tensor read and one written. backward: ``out = x + other``,
+    two read and one written: the cheapest elementwise op with the backward's traffic
+    (an add costs no more than a copy on a GPU; both wait on memory). step: both, one after
+    the other. The buffers are allocated here, once, outside what is timed.
+    """
+    out = torch.empty_like(x)
+    if op == "forward":
+        return lambda: out.copy_(x)
+    other = torch.empty_like(x).copy_(x)  # a second tensor of x's size: reading x twice would hit the cache
+    if op == "backward":
+        return lambda: torch.add(x, other, out=out)
+    if op == "step":
+        return lambda: (out.copy_(x), torch.add(x, other, out=out))
+    raise ValueError(f"op must be one of {sorted(TENSORS_READ_WRITTEN)}, not {op!r}")
 
 
 def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor | None = None,

@@ -63,7 +63,7 @@ KERNELS = {
     "selu_naive": KernelSpec("selu_cpu.cpp", "selu_naive.cu", ("selu_naive", "selu_naive.out")),
     "selu_vectorized": KernelSpec(
         "selu_cpu.cpp", "selu_vectorized.cu",
-        ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_with_config"),
+        ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_", "selu_vectorized_with_config"),
     ),
     "selu_backward": KernelSpec("selu_backward_cpu.cpp", "selu_backward.cu",
                                 ("selu_backward", "selu_backward_from_output")),
@@ -512,23 +512,34 @@ def pybind_extension(
 
 # ----------------------------------------------------------------------------- showing sources
 
-_REGION = re.compile(r"^[ \t]*// region: (?P<name>[\w-]+)[ \t]*\n(?P<body>.*?)^[ \t]*// endregion[ \t]*$",
+_REGION = re.compile(r"^[ \t]*(?://|#) region: (?P<name>[\w-]+)[ \t]*\n(?P<body>.*?)^[ \t]*(?://|#) endregion[ \t]*$",
                      re.MULTILINE | re.DOTALL)
 
 
+def _source_path(filename: str) -> Path:
+    """``kernels/<filename>``, or a path from the repository root where ``filename`` has a folder
+    (``"helpers/ops.py"``)."""
+    return env.REPO_ROOT / filename if "/" in filename else env.KERNELS_DIR / filename
+
+
+def _shown_name(filename: str) -> str:
+    return filename if "/" in filename else f"kernels/{filename}"
+
+
 def regions(filename: str) -> dict[str, str]:
-    """The marked regions of ``kernels/<filename>``: ``// region: name`` ... ``// endregion``."""
-    return {m["name"]: m["body"] for m in _REGION.finditer((env.KERNELS_DIR / filename).read_text())}
+    """The marked regions of ``kernels/<filename>`` (or of a file named from the repository root):
+    ``// region: name`` ... ``// endregion``, or ``# region:`` ... ``# endregion`` in Python."""
+    return {m["name"]: m["body"] for m in _REGION.finditer(_source_path(filename).read_text())}
 
 
 def source_region(filename: str, region: str | None = None) -> str:
     """The text of one region of ``kernels/<filename>``, or the whole file."""
-    text = (env.KERNELS_DIR / filename).read_text()
+    text = _source_path(filename).read_text()
     if region is None:
         return text
     found = regions(filename)
     if region not in found:
-        raise KeyError(f"kernels/{filename} has no region {region!r}; its regions: {', '.join(found) or 'none'}")
+        raise KeyError(f"{_shown_name(filename)} has no region {region!r}; its regions: {', '.join(found) or 'none'}")
     return found[region]
 
 
@@ -546,7 +557,8 @@ def display_code(header: str, text: str, language: str = "cpp") -> None:
 
 
 def show_source(filename: str, *region_names: str) -> None:
-    """Display ``kernels/<filename>``, or the named regions of it, with highlighting."""
+    """Display ``kernels/<filename>`` (or ``helpers/ops.py``...), or the named regions of it, with highlighting."""
     parts = [source_region(filename, name) for name in region_names] or [source_region(filename)]
     text = "\n".join(part.rstrip() for part in parts)
-    display_code(f"kernels/{filename}", text, "cuda" if filename.endswith((".cu", ".cuh")) else "cpp")
+    language = "cuda" if filename.endswith((".cu", ".cuh")) else "python" if filename.endswith(".py") else "cpp"
+    display_code(_shown_name(filename), text, language)

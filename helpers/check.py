@@ -47,6 +47,9 @@ __all__ = [
     "selu_backward_reference",
     "selu_backward_from_output_reference",
     "BACKWARD_MAX_ULP",
+    "BACKWARD_REFERENCES",
+    "backward_underflow",
+    "assert_selu_backward",
     "relu_reference",
     "special_values",
     "make_input",
@@ -346,6 +349,50 @@ def assert_close_ulps(actual: torch.Tensor, expected: torch.Tensor, x: torch.Ten
             f"{int(bad.sum())} of {a.numel()} elements beyond {max_ulp} ulp (or NaN, inf, sign of 0 wrong); "
             f"first at index {i}: x={xs[i].item()!r}, got {a[i].item()!r}, expected {e[i].item()!r}"
         )
+
+
+BACKWARD_REFERENCES = {"selu_backward": selu_backward_reference,
+                       "selu_backward_from_output": selu_backward_from_output_reference}
+
+
+def backward_underflow(op: str, saved: torch.Tensor) -> torch.Tensor:
+    """Where a backward result carries only a few significant bits by construction (a bool mask).
+
+    From the input, ``grad·λα`` is multiplied by eˣ, and where eˣ falls below the smallest
+    normal number of the math type (float32 for the 16- and 32-bit types) it is rounded on
+    the subnormal grid: the product keeps that coarse rounding, scaled by |grad·λα|. torch's
+    formula does the same. From the output no such step exists (an empty mask).
+    """
+    s = saved.detach().cpu().double()
+    if op != "selu_backward":
+        return torch.zeros_like(s, dtype=torch.bool)
+    math_type = torch.float64 if saved.dtype == torch.float64 else torch.float32
+    return (s <= 0) & (torch.exp(s) < torch.finfo(math_type).tiny)
+
+
+def assert_selu_backward(actual: torch.Tensor, op: str, grad: torch.Tensor, saved: torch.Tensor,
+                         x: torch.Tensor | None = None) -> None:
+    """For tests: ``actual`` is the backward ``op`` (``"selu_backward"`` from the input,
+    ``"selu_backward_from_output"`` from the output) of ``grad`` and ``saved``, within
+    :data:`BACKWARD_MAX_ULP` of the float64 reference, NaN, infinities and signs of zero exact.
+
+    Where :func:`backward_underflow` holds, the result must instead have the reference's
+    sign and be no larger than |grad·λα| times the smallest normal number of the math type,
+    plus the final rounding. ``x`` is the forward's input, shown in a failure's message.
+    """
+    expected = BACKWARD_REFERENCES[op](grad.cpu(), saved.cpu())
+    x = saved if x is None else x
+    underflow = backward_underflow(op, saved)
+    kept = ~underflow
+    got = actual.cpu()
+    assert_close_ulps(got[kept], expected[kept], x.cpu()[kept], BACKWARD_MAX_ULP[saved.dtype])
+    if underflow.any():
+        math_type = torch.float64 if saved.dtype == torch.float64 else torch.float32
+        tiny, out = torch.finfo(math_type).tiny, torch.finfo(saved.dtype)
+        small, want = got.double()[underflow], expected[underflow]
+        limit = grad.cpu().double()[underflow].abs() * (SELU_SCALE * SELU_ALPHA) * tiny + out.tiny * out.eps
+        assert (small.abs() <= limit).all() and ((small == 0) | (small.sign() == want.sign())).all(), (
+            "an element where e^x underflows is larger than |grad*lambda*alpha| * tiny, or has the wrong sign")
 
 
 def assert_selu(actual: torch.Tensor, x: torch.Tensor) -> None:

@@ -20,8 +20,6 @@ does: ``build.load("selu_naive")`` and ``build.load("mistakes")``.
 """
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import subprocess
@@ -551,18 +549,12 @@ def measure_fast_math(device=None) -> dict:
 
 def save_fast_math(table: dict, slug: str | None = None) -> Path:
     """Write ``table`` to ``results_dir()/<slug>/02_fast_math.json`` (slug: this machine's device)."""
-    path = results.results_dir() / (slug or env.device_slug()) / FAST_MATH_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return results.save_table(table, FAST_MATH_FILE, slug or env.device_slug())
 
 
 def load_fast_math(slug: str = env.REFERENCE_DEVICE_SLUG) -> dict | None:
     """The committed table of ``slug`` in the repository's ``results/`` (None if none)."""
-    path = env.REPO_ROOT / "results" / slug / FAST_MATH_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return results.load_table(FAST_MATH_FILE, slug)
 
 
 @dataclass

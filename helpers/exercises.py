@@ -104,3 +104,39 @@ def check_vectors_per_thread_answer(answer: int | None, records: list[dict]) -> 
         detail = f" ({results.label(best)}, {pct:.1f}% of the copy)" if pct else ""
         return Answer("right", f"{answer} vectors per thread: within 0.5% of the fastest{detail}")
     return Answer("wrong", f"{answer} is not among the fastest; read the table again (fastest: {fastest})")
+
+
+def check_backward_answer(fn, dtypes=(torch.float32, torch.float64), device=None, numel: int = 4099) -> Answer:
+    """Notebook 04: ``fn(grad, x)``, a SELU backward written from torch operations, within
+    the backward's tolerance of the float64 reference on the harness inputs."""
+    if fn is None:
+        return _open("write my_selu_backward(grad, x) from torch operations (torch.where, torch.exp, ...)")
+    for dtype in dtypes:
+        x = check.harness_input(numel, dtype, device, seed=21)
+        grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(22), dtype=torch.float64)
+        grad = grad.to(dtype).to(x.device)
+        try:
+            with check.poisoned_outputs():
+                got = fn(grad, x)
+            check.assert_selu_backward(got, "selu_backward", grad, x)
+        except AssertionError as error:
+            return Answer("wrong", f"in {bench.dtype_name(dtype)}: {str(error).splitlines()[0]}")
+        except Exception as error:  # a learner's code may raise anything; say what, do not crash
+            return Answer("wrong", f"it raised {type(error).__name__}: {error}")
+    return Answer("right", f"within {check.BACKWARD_MAX_ULP[dtypes[0]]} ulp of float64 on the harness inputs, "
+                           f"NaN, infinities and signs of zero exact, in {', '.join(bench.dtype_name(d) for d in dtypes)}")
+
+
+def check_peak_tensors_answer(answer: int | None, memory: dict | None, variant: str = "selu_course::selu_vectorized_") -> Answer:
+    """Notebook 04: how many tensors of x's size are alive at the peak of one in-place forward +
+    backward, against the measured peak in ``memory`` (a table of :func:`helpers.backward.memory`)."""
+    if answer is None:
+        return _open("set answer to the number of tensors of x's size alive at the peak of the in-place step")
+    if memory is None:
+        return Answer("wrong", "there is no memory table here to compare with (it needs a GPU or committed records)")
+    peak = next(r["peak_bytes"] for r in memory["rows"] if r["variant"] == variant)
+    measured = peak / memory["tensor_bytes"]
+    if abs(answer - measured) < 0.25:
+        return Answer("right", f"{answer}: the measured peak is {measured:.2f} tensors of x's size")
+    return Answer("wrong", f"{answer} is not it: list what is alive when the backward writes the gradient of h "
+                           "(x, the incoming gradient, h...)")

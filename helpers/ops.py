@@ -19,8 +19,10 @@ rebuilt and replaced while a notebook runs (see :func:`helpers.build.load`).
 When a kernel file registers an implementation whose C++ signature does not
 match its schema, the dispatcher refuses it.
 
-Until notebook 04 adds the backward, no operator may silently drop a gradient:
-called on a tensor that requires grad, each raises an error that says so.
+No operator may silently drop a gradient. Until notebook 04 calls
+:func:`enable_backward`, each raises an error that says so when called on a tensor
+that requires grad; after it, the forward operators differentiate through the
+backward operators, and the in-place one through :class:`SeluInPlace`.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ SCHEMAS = {
     # notebook 03: 16-byte vectors, every floating dtype
     "selu_vectorized": "(Tensor x) -> Tensor",
     "selu_vectorized.out": "(Tensor x, *, Tensor(a!) out) -> ()",
+    # notebook 04: the mutating form, as torch.selu_; its backward reads the saved output
+    "selu_vectorized_": "(Tensor(a!) x) -> ()",
     "selu_vectorized_with_config": (
         "(Tensor x, int threads_per_block, int vectors_per_thread, int max_blocks_per_sm) -> Tensor"
     ),
@@ -58,8 +62,11 @@ FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 DTYPES = {name: FLOAT_DTYPES if name.startswith(("selu_vectorized", "selu_backward")) else (torch.float32,)
           for name in SCHEMAS}
 BACKWARD_OPS = ("selu_backward", "selu_backward_from_output")
+# Operators that write into their input (``Tensor(a!) x``): register_autograd takes only
+# functional schemas, so their autograd rule is an Autograd-key kernel (_register_in_place).
+IN_PLACE_OPS = ("selu_vectorized_",)
 # The functional forward operators: the ones an autograd rule is registered for.
-FORWARD_OPS = tuple(name for name in SCHEMAS if "." not in name and name not in BACKWARD_OPS)
+FORWARD_OPS = tuple(name for name in SCHEMAS if "." not in name and name not in BACKWARD_OPS + IN_PLACE_OPS)
 
 # Kept alive for the life of the process: dropping a Library object deregisters
 # what it registered.
@@ -67,6 +74,8 @@ _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 # The forward operators' autograd rules live in a library of their own, so that
 # enable_backward() can swap the rule that refuses a gradient for the real one.
 _autograd_rules: torch.library.Library | None = None
+# Whether the in-place operator differentiates (enable_backward) or refuses a gradient.
+_backward_enabled = False
 for _name, _schema in SCHEMAS.items():
     _LIBRARY.define(_name + _schema)
 
@@ -131,8 +140,13 @@ def _register_fakes() -> None:
             return torch.empty_like(saved)
 
         torch.library.register_fake(qualified(name), fake_backward, lib=_LIBRARY)
+    for name in IN_PLACE_OPS:
+        def fake_in_place(x, _name=name):
+            _check_dtype(_name, x)
+
+        torch.library.register_fake(qualified(name), fake_in_place, lib=_LIBRARY)
     for name in SCHEMAS:
-        if name in BACKWARD_OPS:
+        if name in BACKWARD_OPS + IN_PLACE_OPS:
             continue
         if name.endswith(".out"):
             def fake_out(x, *, out, _name=name.removesuffix(".out")):
@@ -196,8 +210,9 @@ def enable_backward() -> None:
     Needs the backward kernels of the device at hand (``build.load`` of a SELU kernel
     registers the CPU one). :func:`disable_backward` restores the refusing rules.
     """
-    global _autograd_rules
+    global _backward_enabled
     _reset_autograd_rules()
+    _backward_enabled = True
     for name in FORWARD_OPS:
         if name.startswith("mistake_"):
             _forbid_gradients(name, _autograd_rules)
@@ -208,8 +223,10 @@ def enable_backward() -> None:
 
 
 def disable_backward() -> None:
-    """Every functional forward operator refuses a gradient again (the state before notebook 04)."""
+    """Every forward operator refuses a gradient again (the state before notebook 04)."""
+    global _backward_enabled
     _reset_autograd_rules()
+    _backward_enabled = False
     for name in FORWARD_OPS:
         _forbid_gradients(name, _autograd_rules)
 
@@ -247,6 +264,49 @@ def _register_double_backward() -> None:
         torch.library.register_autograd(qualified(name), rule, setup_context=setup_context, lib=_LIBRARY)
 
 
+# region: in_place
+class SeluInPlace(torch.autograd.Function):
+    """selu_ with a gradient: ``x`` is overwritten by ``y = selu(x)``, and the backward reads ``y``.
+
+    ``mark_dirty`` tells autograd that ``x`` was modified in place: it bumps ``x``'s
+    version counter (a later backward that saved the old ``x`` then fails loudly
+    instead of reading ``y``), refuses a leaf that requires grad, and rebases ``x``'s
+    history onto this function. The output is saved, not the input, which no longer exists.
+    """
+
+    @staticmethod
+    def forward(ctx, x):
+        torch.ops.selu_course.selu_vectorized_.default(x)  # grad mode is off in here: the kernel itself
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return torch.ops.selu_course.selu_backward_from_output.default(grad, y)
+
+
+def _register_in_place(name: str) -> None:
+    """The Autograd-key kernel of a mutating operator: :class:`SeluInPlace` when a gradient
+    is wanted (or notebook 02/03's refusal before :func:`enable_backward`), and otherwise the
+    device kernel, with ``x``'s version counter bumped as torch's own in-place operators do."""
+    op = overload(name)
+
+    def autograd_kernel(keyset, x):
+        if torch.is_grad_enabled() and x.requires_grad:
+            if not _backward_enabled:
+                raise RuntimeError(NO_BACKWARD_YET.format(op=qualified(name)))
+            SeluInPlace.apply(x)
+            return
+        with torch._C._AutoDispatchBelowAutograd():
+            op.redispatch(keyset & torch._C._after_autograd_keyset, x)
+        torch.autograd.graph.increment_version(x)
+
+    _LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+# endregion
+
+
 def _forbid_gradients_out(name: str) -> None:
     """The same for an ``out=`` overload, as torch's own ``out=`` operators do.
 
@@ -274,6 +334,8 @@ _register_double_backward()
 for _name in SCHEMAS:
     if _name.endswith(".out"):
         _forbid_gradients_out(_name)
+for _name in IN_PLACE_OPS:
+    _register_in_place(_name)
 disable_backward()
 
 
@@ -300,6 +362,16 @@ def selu_vectorized_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """:func:`selu_vectorized` into ``out``; ``out`` may be ``x`` itself (in place)."""
     torch.ops.selu_course.selu_vectorized.out(x, out=out)
     return out
+
+
+def selu_vectorized_(x: torch.Tensor) -> torch.Tensor:
+    """:func:`selu_vectorized` in place, as ``torch.selu_``: ``x`` becomes ``selu(x)``; returns ``x``.
+
+    After :func:`enable_backward` it differentiates through :class:`SeluInPlace`, whose
+    backward reads the saved output; a leaf that requires grad is refused, as torch refuses it.
+    """
+    torch.ops.selu_course.selu_vectorized_.default(x)
+    return x
 
 
 def selu_vectorized_with_config(

@@ -58,10 +58,15 @@ def _save(fig: Figure, data: dict, save_as: str | Path | None, records: list[dic
     if save_as is None:
         return
     if isinstance(save_as, Path):
-        png = save_as if save_as.suffix else save_as.with_suffix(".png")
+        save_figure(fig, data, save_as)
     else:
         # The figure shows one device's numbers (see _select): file it with them.
-        png = results.figure_path(save_as, slug=records[0].get("device_slug"))
+        save_figure(fig, data, results.figure_path(save_as, slug=records[0].get("device_slug")))
+
+
+def save_figure(fig: Figure, data: dict, png: Path) -> None:
+    """``fig`` as ``png`` and the numbers it plots as JSON beside it (same stem)."""
+    png = png if png.suffix else png.with_suffix(".png")
     png.parent.mkdir(parents=True, exist_ok=True)
     # No "Software" stamp (matplotlib's version): a re-render then differs only where pixels do.
     fig.savefig(png, dpi=DPI, metadata={"Software": None})

@@ -110,6 +110,32 @@ def save(records: list[dict], slug: str | None = None) -> Path:
     return path
 
 
+def save_table(table: dict, filename: str, slug: str | None = None) -> Path:
+    """Write a JSON table (a measurement that is not a timing: peak memory, a fast-math
+    comparison...) beside ``benchmarks.json``, in ``results_dir()/<slug>/<filename>``.
+
+    ``slug`` defaults to the table's ``device_slug``, else this machine's device. Written
+    atomically, as :func:`save` writes.
+    """
+    path = results_dir() / (slug or table.get("device_slug") or env.device_slug()) / filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(table, indent=1) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_table(filename: str, slug: str = env.REFERENCE_DEVICE_SLUG) -> dict | None:
+    """The committed JSON table ``filename`` of ``slug`` in the repository's ``results/``
+    (None if there is none), whatever ``HELPERS_RESULTS_DIR`` says."""
+    path = env.REPO_ROOT / "results" / slug / filename
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def load(slug: str, directory: Path | str | None = None) -> list[dict]:
     """The records in ``<directory>/<slug>/benchmarks.json`` ([] if none yet).
 

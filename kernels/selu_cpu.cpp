@@ -55,6 +55,13 @@ void selu_vectorized_out(const at::Tensor& x, at::Tensor& out) {
   unary_out(op, x, out, selu_dense);
 }
 
+// The mutating form (notebook 04): x's own memory is the output, as for torch.selu_.
+void selu_vectorized_inplace(at::Tensor& x) {
+  constexpr const char* op = "selu_course::selu_vectorized_";
+  check_input(x, op);
+  unary_out(op, x, x, selu_dense);
+}
+
 // A CPU has no launch configuration; the knobs are checked as on the GPU, so a
 // value the CUDA kernel refuses is refused here too, and the result is selu(x).
 at::Tensor selu_vectorized_with_config(const at::Tensor& x, int64_t threads_per_block,
@@ -74,6 +81,7 @@ TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
   m.impl("selu_naive.out", &selu_naive_out);
   m.impl("selu_vectorized", &selu_vectorized);
   m.impl("selu_vectorized.out", &selu_vectorized_out);
+  m.impl("selu_vectorized_", &selu_vectorized_inplace);
   m.impl("selu_vectorized_with_config", &selu_vectorized_with_config);
 }
 

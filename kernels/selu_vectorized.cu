@@ -253,6 +253,16 @@ void selu_vectorized_out(const at::Tensor& x, at::Tensor& out) {
   unary_out(op, x, out, [&](const at::Tensor& src, at::Tensor& dst) { selu_dense(src, dst, config); });
 }
 
+// The mutating form (notebook 04): x's own memory is the output, as for torch.selu_;
+// the launcher then picks the instantiation with plain loads (src == out).
+void selu_vectorized_inplace(at::Tensor& x) {
+  constexpr const char* op = "selu_course::selu_vectorized_";
+  check_input(x, op);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const LaunchConfig config = default_config(x.scalar_type());
+  unary_out(op, x, x, [&](const at::Tensor& src, at::Tensor& dst) { selu_dense(src, dst, config); });
+}
+
 at::Tensor selu_vectorized_with_config(const at::Tensor& x, int64_t threads_per_block, int64_t vectors_per_thread,
                                        int64_t max_blocks_per_sm) {
   constexpr const char* op = "selu_course::selu_vectorized_with_config";
@@ -267,6 +277,7 @@ at::Tensor selu_vectorized_with_config(const at::Tensor& x, int64_t threads_per_
 TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
   m.impl("selu_vectorized", &selu_vectorized);
   m.impl("selu_vectorized.out", &selu_vectorized_out);
+  m.impl("selu_vectorized_", &selu_vectorized_inplace);
   m.impl("selu_vectorized_with_config", &selu_vectorized_with_config);
 }
 

@@ -12,7 +12,8 @@ autograd rules that use them.
   torch.compile with a backward) and ``ops.disable_backward()`` restores the rule that
   refuses one, which notebooks 02 and 03 rely on.
 
-The CUDA kernel of the backward is not written yet (helpers.build.KERNELS says so).
+On a GPU (``gpu`` marker) the same checks run on kernels/selu_backward.cu, and its result
+is compared with torch's own CUDA backward.
 """
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ from helpers import build, check, ops
 
 SAMPLE = 1 << 16
 GRADS = (1.0, -0.75, 3.5e-3, 1e4)  # a few gradient values for the exhaustive 16-bit tests
-REFERENCES = {"selu_backward": check.selu_backward_reference,
-              "selu_backward_from_output": check.selu_backward_from_output_reference}
 
 
 def dtype_id(dtype: torch.dtype) -> str:
@@ -44,29 +43,6 @@ def saved_for(name: str, x: torch.Tensor) -> torch.Tensor:
     return x if name == "selu_backward" else torch.selu(x)
 
 
-def assert_backward(result: torch.Tensor, name: str, grad: torch.Tensor, saved: torch.Tensor, x: torch.Tensor) -> None:
-    """``result`` against the float64 reference within :data:`helpers.check.BACKWARD_MAX_ULP`,
-    except where eˣ underflows below the smallest normal number of the math type.
-
-    There torch's formula (grad·λα, then times eˣ) multiplies eˣ's rounding on the
-    subnormal grid by |grad·λα|, so the result has only a few significant bits: those
-    elements must have the reference's sign and be no larger than |grad·λα| times the
-    smallest normal number, plus the rounding of the result. (The comparison with torch's own backward on the GPU holds
-    them to the bit.)"""
-    expected = REFERENCES[name](grad.cpu(), saved.cpu())
-    math_type = torch.float64 if saved.dtype == torch.float64 else torch.float32
-    tiny = torch.finfo(math_type).tiny
-    s = saved.cpu().double()
-    underflow = (s <= 0) & (torch.exp(s) < tiny) if name == "selu_backward" else torch.zeros_like(s, dtype=torch.bool)
-    kept = ~underflow
-    check.assert_close_ulps(result.cpu()[kept], expected[kept], x.cpu()[kept], check.BACKWARD_MAX_ULP[saved.dtype])
-    if underflow.any():
-        got, want = result.cpu().double()[underflow], expected[underflow]
-        out = torch.finfo(saved.dtype)  # plus the final rounding onto the result's own grid
-        limit = grad.cpu().double()[underflow].abs() * (check.SELU_SCALE * check.SELU_ALPHA) * tiny + out.tiny * out.eps
-        assert (got.abs() <= limit).all() and ((got == 0) | (got.sign() == want.sign())).all()
-
-
 def grad_like(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(x.shape, generator=g, dtype=torch.float64).to(x.dtype)
@@ -77,7 +53,7 @@ def grad_like(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
 def test_matches_the_float64_reference(name, dtype):
     x = check.harness_input(SAMPLE, dtype, "cpu", seed=3)
     grad, saved = grad_like(x), saved_for(name, x)
-    assert_backward(ops.overload(name)(grad, saved), name, grad, saved, x)
+    check.assert_selu_backward(ops.overload(name)(grad, saved), name, grad, saved, x)
 
 
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=dtype_id)
@@ -87,7 +63,7 @@ def test_every_16_bit_input(name, dtype):
     saved = saved_for(name, x)
     for value in GRADS:
         grad = torch.full_like(x, value)
-        assert_backward(ops.overload(name)(grad, saved), name, grad, saved, x)
+        check.assert_selu_backward(ops.overload(name)(grad, saved), name, grad, saved, x)
 
 
 @pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
@@ -135,7 +111,7 @@ def test_layouts_of_grad_and_saved_may_differ(name):
     grad = grad_like(saved).contiguous()  # the same values, another layout
     result = ops.overload(name)(grad, saved)
     assert result.stride() == saved.stride()  # laid out as the saved tensor
-    assert_backward(result, name, grad, saved, saved)
+    check.assert_selu_backward(result, name, grad, saved, saved)
 
 
 @pytest.mark.parametrize("name", ops.BACKWARD_OPS)
@@ -231,7 +207,7 @@ def test_cuda_matches_the_reference_in_every_layout(on_gpu, name, dtype):
         grad, saved = grad_like(x.cpu()).to("cuda"), saved_for(name, x)
         result = ops.overload(name)(grad, saved)
         assert result.is_cuda and result.stride() == saved.stride()
-        assert_backward(result, name, grad, saved, x)
+        check.assert_selu_backward(result, name, grad, saved, x)
 
 
 @pytest.mark.gpu
@@ -242,7 +218,7 @@ def test_cuda_every_16_bit_input(on_gpu, name, dtype):
     saved = saved_for(name, x)
     for value in GRADS:
         grad = torch.full_like(x, value)
-        assert_backward(ops.overload(name)(grad, saved), name, grad, saved, x)
+        check.assert_selu_backward(ops.overload(name)(grad, saved), name, grad, saved, x)
 
 
 @pytest.mark.gpu
@@ -281,3 +257,104 @@ def test_cuda_gradients_with_the_backward_enabled(on_gpu, backward_enabled):
     x = x[x.abs() > 1e-3].cuda().requires_grad_()
     assert torch.autograd.gradcheck(ops.selu_vectorized, (x,))
     assert torch.autograd.gradgradcheck(ops.selu_vectorized, (x,))
+
+
+# ---- the in-place operator: selu_vectorized_ (Tensor(a!) x) -> () -------------------------
+
+
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
+def test_in_place_writes_what_the_functional_operator_returns(dtype):
+    x = check.harness_input(4099, dtype, "cpu", seed=30)
+    t = x.clone()
+    version = t._version
+    assert ops.selu_vectorized_(t) is t
+    assert t._version > version  # a saved copy of the old t must be seen as stale
+    assert torch.equal(t.view(-1).view(torch.uint8), ops.selu_vectorized(x).view(-1).view(torch.uint8))
+
+
+def test_in_place_refuses_a_gradient_until_the_backward_is_enabled():
+    with pytest.raises(RuntimeError, match="selu_vectorized_ has no backward yet"):
+        ops.selu_vectorized_(torch.randn(4, requires_grad=True) * 2)
+
+
+def test_in_place_gradient_reads_the_saved_output(backward_enabled):
+    x = torch.randn(64, generator=torch.Generator().manual_seed(31), dtype=torch.float64)
+    x = x[x.abs() > 1e-3].requires_grad_()
+
+    def f(t):
+        return ops.selu_vectorized_(t * 1.5)
+
+    assert torch.autograd.gradcheck(f, (x,))
+    assert torch.autograd.gradgradcheck(f, (x,))
+    h = x.detach() * 1.5
+    (ours,) = torch.autograd.grad(f(x), x, torch.ones_like(x))
+    expected = 1.5 * ops.selu_backward_from_output(torch.ones_like(h), ops.selu_vectorized(h))
+    assert torch.equal(ours, expected)
+
+
+def test_in_place_on_a_leaf_is_torchs_error(backward_enabled):
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad .* in-place operation"):
+        ops.selu_vectorized_(torch.randn(4, requires_grad=True))
+
+
+@pytest.mark.parametrize("grad_mode", (True, False), ids=("grad", "no_grad"))
+def test_in_place_invalidates_a_tensor_saved_before_it(backward_enabled, grad_mode):
+    x = torch.randn(8, requires_grad=True)
+    h = x * 2
+    square = h * h  # saves h for its backward
+    with torch.set_grad_enabled(grad_mode):
+        ops.selu_vectorized_(h)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        square.sum().backward()
+
+
+def test_in_place_network_matches_torch(backward_enabled):
+    from helpers import backward as notebook
+
+    text = str(notebook.in_place_network("cpu"))
+    assert "identical" in text and "different" not in text  # the loss; gradients differ by ulps on a CPU
+
+
+def test_in_place_compiles_into_one_graph_with_eager_results(backward_enabled):
+    from helpers import backward as notebook
+
+    rows = [line for line in str(notebook.compile_check("cpu", numel=1031)).splitlines() if "selu_course" in line]
+    assert rows == ["| selu_course::selu_vectorized_ | 1 | 0 | identical | identical |"]
+
+
+def test_in_place_opcheck():
+    x = check.harness_input(37 * 29, torch.float32, "cpu", seed=32).reshape(37, 29)
+    x = torch.where(x.isnan(), 0, x)
+    torch.library.opcheck(ops.overload("selu_vectorized_"), (x,))
+
+
+@pytest.mark.parametrize("dtype", (torch.int32, torch.float8_e4m3fn), ids=dtype_id)
+def test_in_place_refuses_what_the_functional_operator_refuses(dtype):
+    x = torch.zeros(8).to(dtype)
+    with pytest.raises(RuntimeError, match="expected a float32, float64, float16 or bfloat16"):
+        ops.selu_vectorized_(x)
+    with pytest.raises(RuntimeError, match="expected a float32, float64, float16 or bfloat16"):
+        ops.selu_vectorized_(torch.empty(8, dtype=dtype, device="meta"))
+
+
+def test_in_place_refuses_an_expanded_tensor():
+    with pytest.raises(RuntimeError, match="share one memory location"):
+        ops.selu_vectorized_(torch.randn(1, 4).expand(3, 4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
+def test_cuda_in_place_every_layout_and_its_gradient(on_gpu, backward_enabled, dtype):
+    base = check.harness_input(SAMPLE + 3, dtype, "cuda", seed=33)
+    for x in (base, base[1:], base[:64 * 48].reshape(64, 48).t()):  # aligned, misaligned, transposed
+        t = x.clone()
+        ops.selu_vectorized_(t)
+        assert torch.equal(t.view(torch.uint8) if t.is_contiguous() else t.contiguous().view(torch.uint8),
+                           torch.selu(x).contiguous().view(torch.uint8))
+    x = torch.where(base.isfinite(), base, 0).requires_grad_()
+    grad = grad_like(x.detach().cpu()).cuda()
+    (ours,) = torch.autograd.grad(ops.selu_vectorized_(x * 1), x, grad)
+    (theirs,) = torch.autograd.grad(torch.selu_(x * 1), x, grad)
+    match = check.agreement(ours, theirs)
+    assert match.within(1), str(match)
+    torch.library.opcheck(ops.overload("selu_vectorized_"), (torch.where(base.isnan(), 0, base).clone(),))

@@ -260,3 +260,30 @@ def test_cuda_timing_uses_do_bench_and_the_copy_runs_at_memory_speed():
     assert 0 < timing.q20_ms <= timing.median_ms <= timing.q80_ms
     (copy,) = bench.measure({}, 2**24, device="cuda")
     assert copy["variant"] == "copy" and copy["gbps"] > 100, copy
+
+
+@pytest.mark.parametrize("op", sorted(bench.TENSORS_READ_WRITTEN))
+def test_roofline_copy_moves_the_bytes_of_its_op(op):
+    x = torch.randn(1000)
+    copy = bench.roofline_copy(op, x)
+    written = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in ("copy_", "add"):
+                reads = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+                written.append((name, len(reads)))
+            return func(*args, **(kwargs or {}))
+
+    with Spy():
+        copy()
+    reads, writes = bench.TENSORS_READ_WRITTEN[op]
+    # copy_(out, x): 1 read + 1 written; add(x, other, out=out): 2 read + 1 written
+    moved = sum(n for _, n in written)
+    assert moved == reads + writes and len(written) == writes
+
+
+def test_roofline_copy_refuses_an_unknown_op():
+    with pytest.raises(ValueError, match="op must be one of"):
+        bench.roofline_copy("sideways", torch.randn(4))
