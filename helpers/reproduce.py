@@ -3,9 +3,10 @@
     python -m helpers.reproduce                # all notebooks
     python -m helpers.reproduce 01 03          # the notebooks whose names start so
 
-Executed copies go to ``reproduced/<device>/notebooks/`` and the records and
-figures they write to ``reproduced/<device>/results/``; the notebooks in
-``notebooks/`` are never written to.
+Executed copies go to ``reproduced/<device>/notebooks/``, and the records and
+figures they write to ``reproduced/<device>/`` (``benchmarks.json``, ``figures/``),
+laid out as ``results/<device>/`` is, so the two compare file by file. The
+notebooks in ``notebooks/`` are never written to.
 """
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from pathlib import Path
 from . import env
 
 
-def output_root(slug: str | None = None) -> Path:
-    return env.REPO_ROOT / "reproduced" / (slug or env.device_slug())
+OUTPUT_DIR = env.REPO_ROOT / "reproduced"
+
+
+def output_root(slug: str | None = None, output_dir: Path = OUTPUT_DIR) -> Path:
+    """Where one device's run goes: ``<output_dir>/<device>/``."""
+    return output_dir / (slug or env.device_slug())
 
 
 def notebooks(prefixes: list[str] | None = None) -> list[Path]:
@@ -53,13 +58,16 @@ def execute(notebook: Path, destination: Path, timeout_s: int = 3600) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prefixes", nargs="*", help="run only notebooks whose names start with these")
-    parser.add_argument("--output", type=Path, default=None, help="folder for executed copies and results")
+    parser.add_argument("--output", type=Path, default=OUTPUT_DIR,
+                        help="folder that receives <device>/ with the executed copies and results (default: reproduced)")
     args = parser.parse_args(argv)
 
-    root = (args.output or output_root()).resolve()
-    # The kernels started by nbclient inherit these: notebooks write records there,
-    # and draw no progress bars into the executed copies.
-    os.environ["HELPERS_RESULTS_DIR"] = str(root / "results")
+    output_dir = args.output.resolve()
+    root = output_root(output_dir=output_dir)
+    # The kernels started by nbclient inherit these: notebooks write records to
+    # <output>/<device>/ (helpers.results adds the device folder), and draw no
+    # progress bars into the executed copies.
+    os.environ["HELPERS_RESULTS_DIR"] = str(output_dir)
     os.environ[env.HEADLESS_ENV_VAR] = "1"
     failures = 0
     for notebook in notebooks(args.prefixes):
