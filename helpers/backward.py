@@ -494,17 +494,13 @@ def speed() -> results.Records:
     return results.Records(kept, source=measured.source, measured=measured.measured)
 
 
-def _find(records, variant, dtype, op):
-    return next((r for r in records if r["variant"] == variant and r["dtype"] == dtype and r["op"] == op), None)
-
-
 def speed_table(records) -> Markdown:
     """Per dtype: each backward and step variant's median, its throughput as a % of its copy
     (three tensors for the backward, five for the step), and its time against torch's."""
     rows = []
     for dtype in dict.fromkeys(r["dtype"] for r in records):
         for op, baseline in (("backward", "torch_eager"), ("step", "torch_autograd")):
-            base = _find(records, baseline, dtype, op)
+            base = results.find(records, baseline, dtype=dtype, op=op)
             for r in [r for r in records if r["dtype"] == dtype and r["op"] == op]:
                 pct = results.pct_of_copy(r, records)
                 versus = "" if base is None or r["variant"] == COPY else f"{r['median_ms'] / base['median_ms']:.3f}×"
@@ -524,8 +520,8 @@ def goal_report(records, memory: dict | None = None) -> Markdown:
         lines.append(f"| {text} | {measured} | {'HIT' if ok else 'MISS'} |")
 
     for dtype in ("float32", "float16", "bfloat16", "float64"):
-        ours, eager = _find(records, "selu_backward", dtype, "backward"), _find(records, "torch_eager", dtype, "backward")
-        copy = _find(records, COPY, dtype, "backward")
+        ours, eager, copy = (results.find(records, name, dtype=dtype, op="backward")
+                             for name in ("selu_backward", "torch_eager", COPY))
         if ours is None or eager is None:
             continue
         ratio = ours["median_ms"] / eager["median_ms"]
@@ -593,20 +589,9 @@ def measure_memory(device=None, dtype: torch.dtype = torch.float32, numel: int |
             "rows": rows}
 
 
-def _here_or_reference_table(measure: Callable[[], dict], filename: str) -> tuple[dict | None, str]:
-    if env.can_build_cuda():
-        table = measure()
-        results.save_table(table, filename)
-        return table, f"measured in this run on {table['device']}"
-    table = results.load_table(filename)
-    if table is None:
-        return None, f"no GPU here, and no committed {env.REFERENCE_DEVICE_SLUG.upper()} table yet"
-    return table, f"no GPU here; reference: {table['device']}, torch {table['torch']}"
-
-
 def memory() -> tuple[dict | None, Markdown]:
     """:func:`measure_memory` on this GPU (saved), or the committed H100 table; and the table to show."""
-    table, source = _here_or_reference_table(measure_memory, MEMORY_FILE)
+    table, source = results.here_or_reference_table(measure_memory, MEMORY_FILE)
     if table is None:
         return None, Markdown(f"*{source}*")
     size = table["tensor_bytes"]
@@ -619,7 +604,7 @@ def memory() -> tuple[dict | None, Markdown]:
 
 def in_place_compile() -> tuple[dict | None, Markdown]:
     """:func:`measure_in_place_compile` on this GPU (saved), or the committed H100 table."""
-    table, source = _here_or_reference_table(measure_in_place_compile, IN_PLACE_COMPILE_FILE)
+    table, source = results.here_or_reference_table(measure_in_place_compile, IN_PLACE_COMPILE_FILE)
     if table is None:
         return None, Markdown(f"*{source}*")
     eager = {r["variant"]: r["median_ms"] for r in table["rows"] if not r["compiled"]}

@@ -585,14 +585,7 @@ class FastMathTable:
 def fast_math_special_values(device=None) -> FastMathTable:
     """On a GPU, :func:`measure_fast_math`, saved (:func:`save_fast_math`); elsewhere the
     committed H100 table."""
-    if env.can_build_cuda():
-        table = measure_fast_math(device)
-        save_fast_math(table)
-        return FastMathTable(table, f"measured in this run on {table['device']}")
-    table = load_fast_math()
-    if table is None:
-        return FastMathTable(None, "needs a GPU, and there is no committed H100 table yet")
-    return FastMathTable(table, f"no GPU here; reference: {table['device']}, the committed run")
+    return FastMathTable(*results.here_or_reference_table(lambda: measure_fast_math(device), FAST_MATH_FILE))
 
 
 def compare_fast_math(x: torch.Tensor) -> str:

@@ -136,6 +136,20 @@ def load_table(filename: str, slug: str = env.REFERENCE_DEVICE_SLUG) -> dict | N
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def here_or_reference_table(measure, filename: str, slug: str = env.REFERENCE_DEVICE_SLUG) -> tuple[dict | None, str]:
+    """:func:`here_or_reference` for a JSON table: ``measure()`` on this GPU, saved as
+    ``filename`` (:func:`save_table`), or the committed table of ``slug``; and a line
+    that says which (the table is None where neither exists)."""
+    if env.can_build_cuda():
+        table = measure()
+        save_table(table, filename)
+        return table, f"measured in this run on {table['device']}"
+    table = load_table(filename, slug)
+    if table is None:
+        return None, f"needs a GPU, and there is no committed {slug.upper()} table yet"
+    return table, f"no GPU here; reference: {table['device']}, the committed run"
+
+
 def load(slug: str, directory: Path | str | None = None) -> list[dict]:
     """The records in ``<directory>/<slug>/benchmarks.json`` ([] if none yet).
 

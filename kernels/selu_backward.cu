@@ -1,10 +1,10 @@
 // The backward pass of notebook 04 on CUDA: grad_in = grad * d selu / dx, from the
 // forward's input x or its output y, in every floating dtype.
 //
-// The forward kernel of notebook 03 with two inputs: each thread loads 16-byte
-// vectors of grad and of the saved tensor, all before any math, computes in
-// at::opmath_type (float for fp16/bf16, one rounding on the way out) and stores
-// 16 bytes of grad_in. grad_in is always a new tensor, so both inputs are only
+// The forward kernel of notebook 03 with two inputs, through the same loop
+// (vectorized_loops.cuh): each thread loads 16-byte vectors of grad and of the
+// saved tensor, all before any math, computes in at::opmath_type (float for
+// fp16/bf16, one rounding on the way out) and stores 16 bytes of grad_in. grad_in is always a new tensor, so both inputs are only
 // read, through the read-only path (ld.global.nc); it is never grad itself,
 // since autograd may hand one gradient buffer to several backward functions.
 #include <ATen/Dispatch.h>
@@ -20,6 +20,7 @@
 #include "elementwise.h"
 #include "selu_checks.h"
 #include "selu_math.cuh"
+#include "vectorized_loops.cuh"
 #include "vectors.cuh"
 
 namespace selu_course {
@@ -35,54 +36,19 @@ __device__ __forceinline__ T backward_element(T grad, T saved, Op op) {
 }
 
 // region: kernel
-// Tiles of blockDim.x * VECTORS_PER_THREAD vectors, a grid-stride loop over them,
-// and the last numel % kElementsPerVector elements one by one: as the forward kernel.
+// The forward kernel's tile loop (vectorized_loops.cuh) over two inputs, grad and
+// the saved tensor; never in place, so both go through the read-only path.
 template <typename T, int VECTORS_PER_THREAD, typename Op>
 __global__ void selu_backward_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
-  using Vector = typename VectorOf<T>::type;
-  const Vector* grad_vectors = reinterpret_cast<const Vector*>(grad);
-  const Vector* saved_vectors = reinterpret_cast<const Vector*>(saved);
-  Vector* out_vectors = reinterpret_cast<Vector*>(grad_in);
-  const int64_t num_vectors = numel / kElementsPerVector<T>;
-  const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
-
-  for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
-    Pack<T> grads[VECTORS_PER_THREAD];
-    Pack<T> saves[VECTORS_PER_THREAD];
-#pragma unroll
-    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
-      if (i < num_vectors) {
-        grads[v].vector = __ldg(grad_vectors + i);
-        saves[v].vector = __ldg(saved_vectors + i);
-      }
-    }
-#pragma unroll
-    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
-      if (i < num_vectors) {
-#pragma unroll
-        for (int e = 0; e < kElementsPerVector<T>; ++e) {
-          grads[v].elements[e] = backward_element(grads[v].elements[e], saves[v].elements[e], op);
-        }
-        out_vectors[i] = grads[v].vector;
-      }
-    }
-  }
-  const int64_t tail_index = num_vectors * kElementsPerVector<T> + threadIdx.x;
-  if (blockIdx.x == 0 && tail_index < numel) {
-    grad_in[tail_index] = backward_element(grad[tail_index], saved[tail_index], op);
-  }
+  map_vectors<T, VECTORS_PER_THREAD, /*IN_PLACE=*/false>(
+      [op](T g, T s) { return backward_element(g, s, op); }, grad_in, numel, grad, saved);
 }
 // endregion
 
 // One element per thread per step, for pointers that are not 16-byte aligned.
 template <typename T, typename Op>
 __global__ void selu_backward_scalar_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
-    grad_in[i] = backward_element(grad[i], saved[i], op);
-  }
+  map_elements([op](T g, T s) { return backward_element(g, s, op); }, grad_in, numel, grad, saved);
 }
 
 unsigned int grid_for(int64_t blocks_needed) {

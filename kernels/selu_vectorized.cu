@@ -32,6 +32,7 @@
 #include "elementwise.h"
 #include "selu_checks.h"
 #include "selu_math.cuh"
+#include "vectorized_loops.cuh"
 #include "vectors.cuh"
 
 namespace selu_course {
@@ -50,77 +51,22 @@ __device__ __forceinline__ T selu_element(T value) {
 // endregion
 
 // region: kernel
-// The roofline kernel. x and y must be 16-byte aligned (the launcher checks).
-//
-// The vectors are cut into tiles of blockDim.x * VECTORS_PER_THREAD; block b
-// handles tiles b, b + gridDim.x, ... (a grid-stride loop over tiles: once per
-// block with a one-shot grid, several times with a capped grid). Within a
-// tile, thread t handles vectors t, t + blockDim.x, t + 2 * blockDim.x, ...:
-// at each step the threads of a warp touch 32 consecutive vectors, 512
-// contiguous bytes, so every access is fully coalesced.
-//
-// IN_PLACE says whether y is x: then x is written by this kernel, and its loads
-// must be plain ones; otherwise they go through the read-only path.
+// The roofline kernel: the tile loop of vectorized_loops.cuh with selu_element.
+// x and y must be 16-byte aligned (the launcher checks). IN_PLACE says whether y
+// is x: then x's loads must be plain ones (ld.global), since this kernel also
+// writes x; otherwise they go through the read-only path (ld.global.nc).
 template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE>
 __global__ void selu_vectorized_kernel(const T* x, T* y, int64_t numel) {
-  using Vector = typename VectorOf<T>::type;
-  const Vector* x_vectors = reinterpret_cast<const Vector*>(x);
-  Vector* y_vectors = reinterpret_cast<Vector*>(y);
-  const int64_t num_vectors = numel / kElementsPerVector<T>;
-  const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
-
-  for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
-    Pack<T> packs[VECTORS_PER_THREAD];
-    // 1. Load. The loads do not depend on each other and nothing uses them yet,
-    //    so all VECTORS_PER_THREAD of them are in flight at once: the thread
-    //    waits for memory once per tile, not once per vector.
-#pragma unroll
-    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
-      if (i < num_vectors) {  // the last tile may be partial
-        if constexpr (IN_PLACE) {
-          packs[v].vector = x_vectors[i];  // ld.global: this kernel also writes x
-        } else {
-          packs[v].vector = __ldg(x_vectors + i);  // ld.global.nc: x is only read
-        }
-      }
-    }
-    // 2. Compute in registers and store, 16 bytes at a time.
-#pragma unroll
-    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
-      if (i < num_vectors) {
-#pragma unroll
-        for (int e = 0; e < kElementsPerVector<T>; ++e) {
-          packs[v].elements[e] = selu_element(packs[v].elements[e]);
-        }
-        y_vectors[i] = packs[v].vector;
-      }
-    }
-  }
-
-  // 3. The tail: the last numel % kElementsPerVector elements (at most 7) do
-  //    not fill a vector, so the first threads of block 0 do them one by one.
-  const int64_t tail_index = num_vectors * kElementsPerVector<T> + threadIdx.x;
-  if (blockIdx.x == 0 && tail_index < numel) {
-    y[tail_index] = selu_element(x[tail_index]);
-  }
+  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE>([](T value) { return selu_element(value); }, y, numel, x);
 }
 // endregion
 
 // region: scalar_fallback
-// The fallback when x or y is not 16-byte aligned (a view such as x[1:] starts
-// 4 bytes into an allocation): a 16-byte load from an address that is not a
-// multiple of 16 is a misaligned-address fault, so this kernel does one
-// element per thread per step, in a grid-stride loop. (A faster fallback would
-// peel the first elements until both pointers align, when their misalignments
-// are equal; views like this are rare enough that correctness is what matters.)
+// The fallback when x or y is not 16-byte aligned: one element per thread per
+// step (map_elements in vectorized_loops.cuh says why).
 template <typename T>
 __global__ void selu_scalar_kernel(const T* x, T* y, int64_t numel) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
-    y[i] = selu_element(x[i]);
-  }
+  map_elements([](T value) { return selu_element(value); }, y, numel, x);
 }
 // endregion
 

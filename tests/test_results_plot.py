@@ -230,3 +230,17 @@ def test_reference_keeps_only_the_copies_of_the_chosen_records_runs(monkeypatch)
     assert chosen.source.startswith("reference: Test GPU 80GB")
     only_copies = results.reference(variants=[])
     assert sorted(r["run"] for r in only_copies) == ["a", "b"]
+
+
+def test_here_or_reference_table_measures_on_a_gpu_and_reads_the_committed_table_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(env, "can_build_cuda", lambda: True)
+    measured = {"device": "a GPU", "device_slug": "gpu", "rows": [1, 2]}
+    table, source = results.here_or_reference_table(lambda: measured, "probe.json")
+    assert table == measured and source == "measured in this run on a GPU"
+    assert json.loads((tmp_path / "gpu" / "probe.json").read_text()) == measured
+    monkeypatch.setattr(env, "can_build_cuda", lambda: False)
+    table, source = results.here_or_reference_table(lambda: pytest.fail("measured without a GPU"), "04_memory.json")
+    assert table["rows"] and source.startswith("no GPU here; reference: NVIDIA H100")
+    assert results.here_or_reference_table(lambda: None, "none.json") == (
+        None, "needs a GPU, and there is no committed H100 table yet")
