@@ -469,6 +469,42 @@ def compiled_selu() -> Callable[[torch.Tensor], torch.Tensor]:
     return torch.compile(_selu, dynamic=False)
 
 
+TRITON = "triton"  # the variant name of the plain Triton SELU in records
+
+
+@functools.lru_cache(maxsize=1)
+def triton_selu() -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """A plain Triton SELU, the ten lines anyone would write first: one element per
+    program lane, blocks of 1024, math in float32 (float64 for float64), ``expm1``
+    from libdevice. The peer a hand-written CUDA kernel must beat to be worth its
+    code. None where triton is not installed (a CPU machine, usually).
+    """
+    try:
+        import triton
+        import triton.language as tl
+        from triton.language.extra import libdevice
+    except ImportError:
+        return None
+
+    @triton.jit
+    def selu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask)
+        v = x.to(tl.float64) if x.dtype == tl.float64 else x.to(tl.float32)
+        # λ and λα as literals: a Triton kernel reads only constexpr globals
+        y = tl.where(v > 0, v * 1.0507009873554805, libdevice.expm1(v) * 1.7580993408473766)
+        tl.store(y_ptr + offsets, y.to(x.dtype), mask=mask)
+
+    def selu(x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        selu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+
+    return selu
+
+
 def peers(
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str | None = None,

@@ -57,6 +57,7 @@ class KernelSpec:
     cpu_source: str
     cuda_source: str | None
     operators: tuple[str, ...]
+    tuned: bool = False  # its launch configuration is chosen per GPU by helpers.tuning
 
 
 KERNELS = {
@@ -64,6 +65,7 @@ KERNELS = {
     "selu_vectorized": KernelSpec(
         "selu_cpu.cpp", "selu_vectorized.cu",
         ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_", "selu_vectorized_with_config"),
+        tuned=True,
     ),
     "selu_backward": KernelSpec("selu_backward_cpu.cpp", "selu_backward.cu",
                                 ("selu_backward", "selu_backward_from_output")),
@@ -244,6 +246,11 @@ class Loaded:
 _LOADED: dict[str, Library] = {}
 
 
+def loaded_library(source: str) -> Library | None:
+    """The library built from ``source`` (e.g. ``"selu_vectorized.cu"``) loaded now, if any."""
+    return _LOADED.get(source)
+
+
 def _is_loaded(path: Path) -> bool:
     try:
         ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
@@ -411,6 +418,10 @@ def load(
         loaded.libraries.append(
             _build_library(spec.cuda_source, "cuda", tuple(extra_cuda_cflags), tuple(extra_cflags), verbose)
         )
+        if spec.tuned:
+            from . import tuning  # the launch configuration is measured per GPU model, never a constant
+
+            tuning.configure(verbose=verbose)
     return loaded
 
 
@@ -434,6 +445,10 @@ def loaded(kernel: str, **options) -> Iterator[Loaded]:
                     unload(current)
                 torch.ops.load_library(str(library.path))
                 _LOADED[source] = library
+        if spec.tuned and before.get(spec.cuda_source) is not None:
+            from . import tuning
+
+            tuning.configure(verbose=False)  # a library loaded anew starts from its default launch
 
 
 # ----------------------------------------------------------------------------- notebook 02's first extension

@@ -931,3 +931,96 @@ def outcome(
     if match.identical == match.numel:
         return f"correct result: identical to {reference_name}"
     return f"correct result: within {match.max_ulp} ulp of {reference_name} ({match.identical_pct:.4g}% identical)"
+
+
+# --------------------------------------------------------------------------- every input
+
+
+FP32_PATTERNS = 1 << 32
+EXHAUSTIVE_CHUNK = 1 << 27  # fp32 bit patterns per step: 512 MiB of input, a few GiB of temporaries
+
+
+def every_16_bit_value(dtype: torch.dtype, device=None) -> torch.Tensor:
+    """All 65,536 values of ``dtype`` (float16 or bfloat16), NaNs and infinities included, in bit order."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"every_16_bit_value: expected float16 or bfloat16, got {dtype}")
+    return torch.arange(-(2**15), 2**15, dtype=torch.int32, device=_device(device)).to(torch.int16).view(dtype)
+
+
+def fp32_bit_patterns(start: int, stop: int, stride: int = 1, device=None) -> torch.Tensor:
+    """The float32 values whose bit patterns, read as unsigned, run from ``start`` to ``stop`` by ``stride``."""
+    unsigned = torch.arange(start, stop, stride, dtype=torch.int64, device=_device(device))
+    signed = torch.where(unsigned >= 2**31, unsigned - 2**32, unsigned)  # the same 32 bits as int32
+    return signed.to(torch.int32).view(torch.float32)
+
+
+@dataclass(frozen=True)
+class Exhaustive:
+    """One operator against torch on every input of a dtype (or on every ``stride``-th fp32 pattern)."""
+
+    dtype: torch.dtype
+    inputs: int  # how many were tried
+    differ_from_torch: int  # results whose bits differ from torch's (NaN = NaN)
+    max_ulp_vs_torch: int
+    max_ulp_vs_float64: int  # against the float64 reference rounded to dtype; 0 = correctly rounded
+    beyond_1_ulp_vs_float64: int  # results more than 1 ulp from the correctly rounded one
+    nan_match: bool  # NaN exactly where torch has NaN
+    seconds: float
+
+    @property
+    def identical(self) -> bool:
+        return self.differ_from_torch == 0 and self.nan_match
+
+    def __str__(self) -> str:
+        same = "bit-identical to torch" if self.identical else (
+            f"{self.differ_from_torch:,} differ from torch (max {self.max_ulp_vs_torch} ulp)")
+        return (f"{dtype_label(self.dtype)}: {self.inputs:,} inputs, {same}; max {self.max_ulp_vs_float64} ulp from "
+                f"the correctly rounded result, {self.beyond_1_ulp_vs_float64:,} beyond 1 ulp ({self.seconds:.1f} s)")
+
+
+def dtype_label(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def exhaustive(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    dtype: torch.dtype,
+    device=None,
+    *,
+    fp32_stride: int = 1,
+    reference: Callable[[torch.Tensor], torch.Tensor] = torch.selu,
+) -> Exhaustive:
+    """``fn`` on every input of ``dtype``: all 65,536 of fp16 or bf16; for float32, the 2^32 bit
+    patterns taken ``fp32_stride`` apart (1: all of them, about a second on a GPU; a CPU samples).
+
+    Each input is compared bit for bit with ``reference`` (torch eager on the same device)
+    and in ulps with SELU computed in float64 and rounded to ``dtype``. Outputs are poisoned
+    (NaN) before each call, so an element never written cannot agree by accident.
+    """
+    device = _device(device)
+    start = time.perf_counter()
+    if dtype == torch.float32:
+        chunks = [(lo, min(lo + EXHAUSTIVE_CHUNK * fp32_stride, FP32_PATTERNS))
+                  for lo in range(0, FP32_PATTERNS, EXHAUSTIVE_CHUNK * fp32_stride)]
+        inputs = (fp32_bit_patterns(lo, hi, fp32_stride, device) for lo, hi in chunks)
+    else:
+        inputs = iter([every_16_bit_value(dtype, device)])
+    tried = differ = beyond = worst_torch = worst_exact = 0
+    nan_match = True
+    for x in inputs:
+        with poisoned_outputs():
+            ours = fn(x)
+        theirs = reference(x)
+        match = agreement(ours, theirs)
+        tried += match.numel
+        differ += match.numel - match.identical
+        worst_torch = max(worst_torch, match.max_ulp)
+        nan_match = nan_match and match.nan_match
+        numbers = ~(ours.isnan() | x.isnan())
+        ulps = ulp_distance(ours[numbers], selu_reference(x[numbers]))
+        if ulps.numel():
+            worst_exact = max(worst_exact, int(ulps.max()))
+            beyond += int((ulps > 1).sum())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return Exhaustive(dtype, tried, differ, worst_torch, worst_exact, beyond, nan_match, time.perf_counter() - start)

@@ -140,3 +140,37 @@ def check_peak_tensors_answer(answer: int | None, memory: dict | None, variant: 
         return Answer("right", f"{answer}: the measured peak is {measured:.2f} tensors of x's size")
     return Answer("wrong", f"{answer} is not it: list what is alive when the backward writes the gradient of h "
                            "(x, the incoming gradient, h...)")
+
+
+def check_head_answer(answer: int | None, dtype: torch.dtype = torch.bfloat16, offset: int = 3) -> Answer:
+    """Notebooks 03 and 03b: how many elements the vectorized kernel does one by one before
+    ``y[offset:]`` reaches a 16-byte boundary, for a fresh tensor ``y`` of ``dtype``."""
+    size = torch.empty((), dtype=dtype).element_size()
+    per_vector = 16 // size
+    expected = (per_vector - offset % per_vector) % per_vector
+    if answer is None:
+        return _open(f"set answer to the number of {bench.dtype_name(dtype)} elements before y[{offset}:] "
+                     "reaches a 16-byte boundary (a fresh tensor starts on one)")
+    if answer == expected:
+        return Answer("right", f"{answer}: y[{offset}:] starts {offset * size} bytes in, and "
+                               f"{expected} more elements of {size} bytes reach byte {16 * -(-offset * size // 16)}")
+    return Answer("wrong", f"{answer} is not it: count the bytes from y's start ({offset} × {size}) up to the next "
+                           "multiple of 16, then divide by the element size")
+
+
+def check_instruction_budget_answer(answer: float | None, copy_ms: float | None, numel: int,
+                                    sms: int = 132, schedulers: int = 4, clock_hz: float = 1.98e9) -> Answer:
+    """Notebook 03b: the instructions per element at which issuing them takes as long as the copy
+    (a kernel above it cannot reach the copy's time however its memory accesses look)."""
+    if copy_ms is None:
+        return Answer("wrong", "no copy time to work from")
+    expected = copy_ms * 1e-3 * sms * schedulers * clock_hz * 32 / numel
+    if answer is None:
+        return _open(f"set answer to the instructions per element that take {copy_ms:.3f} ms to issue for "
+                     f"{numel:,} elements at {sms} SMs × {schedulers} warp instructions per clock × "
+                     f"{clock_hz / 1e9:.2f} GHz (32 lanes per warp instruction)")
+    if abs(answer - expected) <= 0.03 * expected:
+        return Answer("right", f"{answer:.1f} per element: above that, issuing alone takes longer than the copy "
+                               f"(exactly {expected:.1f})")
+    return Answer("wrong", f"{answer:.1f} is not it: warp instructions per second × 32 lanes × the copy's time, "
+                           "divided by the elements")

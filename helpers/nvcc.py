@@ -1,9 +1,9 @@
 """Compile a kernel of ``kernels/`` with nvcc and look at what it became -- no GPU needed.
 
 >>> ptx = helpers.nvcc.compile_ptx("selu_vectorized.cu")           # doctest: +SKIP
->>> helpers.nvcc.vector_loads(ptx, "selu_vectorized_kernel<float, 4, false>")
+>>> helpers.nvcc.vector_loads(ptx, "selu_vectorized_kernel<float, 4, false, true>")
 {'ld.global.nc.v4.f32': 4}
->>> helpers.nvcc.show_ptx(ptx, "selu_vectorized_kernel<float, 4, false>", r"ld\\.global|st\\.global")
+>>> helpers.nvcc.show_ptx(ptx, "selu_vectorized_kernel<float, 4, false, true>", r"ld\\.global|st\\.global")
 >>> helpers.nvcc.ptxas_report("selu_vectorized.cu")                 # registers, spills, stack
 >>> helpers.nvcc.compile_source(cuda_text, "relu_inline").ptx     # doctest: +SKIP
 

@@ -79,6 +79,19 @@ _backward_enabled = False
 for _name, _schema in SCHEMAS.items():
     _LIBRARY.define(_name + _schema)
 
+# The launch configuration of selu_vectorized per GPU and dtype (kernels/selu_vectorized.cu):
+# not tensor operators, so no fake kernel, autograd rule or opcheck; they exist only
+# where the CUDA kernels were built. helpers.tuning sets them.
+CONFIG_SCHEMAS = {
+    "set_launch_config": (
+        "(Device device, ScalarType dtype, int threads_per_block, int vectors_per_thread, "
+        "int max_blocks_per_sm) -> ()"
+    ),
+    "launch_config": "(Device device, ScalarType dtype) -> int[]",
+}
+for _name, _schema in CONFIG_SCHEMAS.items():
+    _LIBRARY.define(_name + _schema)
+
 
 def qualified(name: str) -> str:
     """``"selu_vectorized"`` -> ``"selu_course::selu_vectorized"``."""
@@ -385,6 +398,19 @@ def selu_vectorized_with_config(
     return torch.ops.selu_course.selu_vectorized_with_config.default(
         x, threads_per_block, vectors_per_thread, max_blocks_per_sm
     )
+
+
+def set_launch_config(device: torch.device, dtype: torch.dtype, threads_per_block: int, vectors_per_thread: int,
+                      max_blocks_per_sm: int) -> None:
+    """Make ``selu_vectorized`` on ``device`` launch ``dtype`` tensors with this configuration."""
+    torch.ops.selu_course.set_launch_config.default(
+        torch.device(device), dtype, threads_per_block, vectors_per_thread, max_blocks_per_sm
+    )
+
+
+def launch_config(device: torch.device, dtype: torch.dtype) -> tuple[int, int, int]:
+    """``(threads_per_block, vectors_per_thread, max_blocks_per_sm)`` that ``selu_vectorized`` uses there."""
+    return tuple(torch.ops.selu_course.launch_config.default(torch.device(device), dtype))
 
 
 def selu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,7 @@ def output_root(slug: str | None = None, output_dir: Path = OUTPUT_DIR) -> Path:
 
 
 def notebooks(prefixes: list[str] | None = None) -> list[Path]:
-    found = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    found = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]*_*.ipynb"))
     if prefixes:
         found = [nb for nb in found if any(nb.name.startswith(p) for p in prefixes)]
     return found

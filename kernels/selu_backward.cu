@@ -29,26 +29,20 @@ namespace {
 constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
 
-template <typename T, typename Op>
-__device__ __forceinline__ T backward_element(T grad, T saved, Op op) {
-  using opmath_t = at::opmath_type<T>;
-  return static_cast<T>(op(static_cast<opmath_t>(grad), static_cast<opmath_t>(saved)));
-}
-
 // region: kernel
 // The forward kernel's tile loop (vectorized_loops.cuh) over two inputs, grad and
 // the saved tensor; never in place, so both go through the read-only path.
-template <typename T, int VECTORS_PER_THREAD, typename Op>
-__global__ void selu_backward_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
-  map_vectors<T, VECTORS_PER_THREAD, /*IN_PLACE=*/false>(
-      [op](T g, T s) { return backward_element(g, s, op); }, grad_in, numel, grad, saved);
+// ALIGNED: both are 16-byte aligned once grad_in is (after `head` elements).
+template <typename T, int VECTORS_PER_THREAD, bool ALIGNED, typename Op>
+__global__ void selu_backward_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, int head, Op op) {
+  map_vectors<T, VECTORS_PER_THREAD, /*IN_PLACE=*/false, ALIGNED>(op, grad_in, numel, head, grad, saved);
 }
 // endregion
 
-// One element per thread per step, for pointers that are not 16-byte aligned.
+// One element per thread per step, for pointers that are not a multiple of sizeof(T).
 template <typename T, typename Op>
 __global__ void selu_backward_scalar_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
-  map_elements([op](T g, T s) { return backward_element(g, s, op); }, grad_in, numel, grad, saved);
+  map_elements(op, grad_in, numel, grad, saved);
 }
 
 unsigned int grid_for(int64_t blocks_needed) {
@@ -60,14 +54,23 @@ unsigned int grid_for(int64_t blocks_needed) {
 // 2-byte ones.
 template <typename T, typename Op>
 void launch_backward(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op, cudaStream_t stream) {
-  if (!is_16_byte_aligned(grad) || !is_16_byte_aligned(saved) || !is_16_byte_aligned(grad_in)) {
+  if (!is_element_aligned(grad) || !is_element_aligned(saved) || !is_element_aligned(grad_in)) {
     selu_backward_scalar_kernel<T><<<grid_for((numel + kThreadsPerBlock - 1) / kThreadsPerBlock), kThreadsPerBlock, 0,
                                      stream>>>(grad, saved, grad_in, numel, op);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  constexpr int kVectors = sizeof(T) >= 4 ? 1 : 4;
+  const int64_t head = std::min(elements_before_alignment(grad_in), numel);
+  const int64_t tile = int64_t{kThreadsPerBlock} * kVectors;
+  const int64_t tiles = ((numel - head) / kElementsPerVector<T> + tile - 1) / tile;
+  const int head_elements = static_cast<int>(head);
+  if (is_16_byte_aligned(grad + head) && is_16_byte_aligned(saved + head)) {
+    selu_backward_kernel<T, kVectors, true>
+        <<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, head_elements, op);
   } else {
-    constexpr int kVectors = sizeof(T) >= 4 ? 1 : 4;
-    const int64_t tile = int64_t{kThreadsPerBlock} * kVectors;
-    const int64_t tiles = (numel / kElementsPerVector<T> + tile - 1) / tile;
-    selu_backward_kernel<T, kVectors><<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, op);
+    selu_backward_kernel<T, kVectors, false>
+        <<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, head_elements, op);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -5,7 +5,8 @@
 // selu_vectorized.cu) for a GPU tensor, and on a machine without a GPU the
 // notebooks run on these. They call the same scalar function as the CUDA
 // kernels (selu_math.cuh) in the same math type, so the two differ only where
-// the host's and the device's expm1f round differently.
+// the host's and the device's expm1f round differently: in fp32 and fp64, and
+// never in fp16 and bf16, whose economical path uses no library function.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -17,9 +18,16 @@
 namespace selu_course {
 namespace {
 
+// fp16 and bf16 take the economical path, as on the GPU: it is made of
+// operations that round the same way on every machine, so the CPU gives the
+// GPU's bits, and its roundings are torch's (selu_math.cuh says how that is known).
 void selu_dense(const at::Tensor& src, at::Tensor& out) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "selu_cpu", [&] {
-    cpu_elementwise<scalar_t>(src, out, SeluOp{});
+    if constexpr (sizeof(scalar_t) == 2) {
+      cpu_elementwise<scalar_t>(src, out, SeluEconomicalOp{});
+    } else {
+      cpu_elementwise<scalar_t>(src, out, SeluOp{});
+    }
   });
 }
 

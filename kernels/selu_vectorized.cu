@@ -22,12 +22,17 @@
 // pulls in, so that helpers.nvcc can compile this file to PTX on a machine with
 // only the CUDA compiler installed.
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "elementwise.h"
 #include "selu_checks.h"
@@ -41,32 +46,42 @@ namespace {
 constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
 
 // region: element
-// selu of one element, computed in at::opmath_type<T>: float for fp16/bf16 (one
-// rounding, on the way out, as torch does), T itself for fp32/fp64.
+// selu of one element in the math type (float for fp16/bf16, T itself for fp32
+// and fp64; the loop converts, vectorized_loops.cuh). The 16-bit types take the
+// economical path of selu_math.cuh: the same roundings as expm1f's, in about
+// half the instructions, which is what the H200 needs for them.
 template <typename T>
-__device__ __forceinline__ T selu_element(T value) {
-  using opmath_t = at::opmath_type<T>;
-  return static_cast<T>(selu(static_cast<opmath_t>(value)));
-}
+struct SeluElement {
+  template <typename M>
+  __device__ __forceinline__ M operator()(M value) const {
+    if constexpr (sizeof(T) == 2) {
+      return selu_economical(value);
+    } else {
+      return selu(value);
+    }
+  }
+};
 // endregion
 
 // region: kernel
-// The roofline kernel: the tile loop of vectorized_loops.cuh with selu_element.
-// x and y must be 16-byte aligned (the launcher checks). IN_PLACE says whether y
-// is x: then x's loads must be plain ones (ld.global), since this kernel also
-// writes x; otherwise they go through the read-only path (ld.global.nc).
-template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE>
-__global__ void selu_vectorized_kernel(const T* x, T* y, int64_t numel) {
-  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE>([](T value) { return selu_element(value); }, y, numel, x);
+// The roofline kernel: the tile loop of vectorized_loops.cuh with SeluElement.
+// y + head must be 16-byte aligned (the launcher computes head). IN_PLACE says
+// whether y is x: then x's loads must be plain ones (ld.global), since this
+// kernel also writes x; otherwise they go through the read-only path
+// (ld.global.nc). ALIGNED says whether x + head is 16-byte aligned too, so
+// that x is read 16 bytes at a time; if not, element by element.
+template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED>
+__global__ void selu_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
+  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(SeluElement<T>{}, y, numel, head, x);
 }
 // endregion
 
 // region: scalar_fallback
-// The fallback when x or y is not 16-byte aligned: one element per thread per
-// step (map_elements in vectorized_loops.cuh says why).
+// The fallback when x or y is not even a multiple of sizeof(T): one element per
+// thread per step (map_elements in vectorized_loops.cuh).
 template <typename T>
 __global__ void selu_scalar_kernel(const T* x, T* y, int64_t numel) {
-  map_elements([](T value) { return selu_element(value); }, y, numel, x);
+  map_elements(SeluElement<T>{}, y, numel, x);
 }
 // endregion
 
@@ -81,17 +96,63 @@ struct LaunchConfig {
 };
 
 // region: default_config
-// The default launch, chosen from notebook 03's measurements on an H100 at the
-// reference size (section 5 times every configuration; its tables are the
-// evidence). fp32 and fp64: one 16-byte vector per thread already puts several
-// times the bytes in flight that Little's law asks for; more vectors made each
-// block's loads and stores come in longer bursts and gave small tensors fewer
-// blocks. fp16 and bf16 do twice the math per byte, and need several vectors
-// per thread to overlap it with memory. A one-shot grid: no loop overhead, and
-// the hardware schedules blocks as SMs free up.
-LaunchConfig default_config(at::ScalarType dtype) {
-  const int vectors_per_thread = c10::elementSize(dtype) >= 4 ? 1 : 4;
-  return LaunchConfig{256, vectors_per_thread, 0};
+// The launch before helpers.tuning has measured this GPU (build.load tunes it at
+// once, so only a caller that skips that sees this): 128 threads, two 16-byte
+// vectors per thread, one-shot grid. It is what torch's own elementwise kernels
+// do for fp32 (8 elements per thread in 128-thread blocks), a sound start on
+// any GPU; the best on a given one is measured, not assumed (notebook 03,
+// section 5).
+LaunchConfig default_config(at::ScalarType) { return LaunchConfig{128, 2, 0}; }
+// endregion
+
+// region: launch_table
+// The launch configuration in use, per GPU and dtype. What is fastest depends on
+// the GPU: the H200 moves 1.43x the H100's bytes with the same SMs, and needs
+// more of them in flight per thread. helpers.tuning times the candidates on the
+// GPU at hand and sets the winner here (selu_course::set_launch_config), cached
+// per GPU model; until then, default_config.
+struct LaunchTable {
+  std::mutex mutex;
+  std::map<std::pair<c10::DeviceIndex, at::ScalarType>, LaunchConfig> configs;
+};
+
+LaunchTable& launch_table() {
+  static LaunchTable table;  // one per loaded library, for the life of the process
+  return table;
+}
+
+c10::DeviceIndex cuda_index(const c10::Device& device, const char* op) {
+  TORCH_CHECK(device.is_cuda(), op, ": launch configurations are per CUDA device, got ", device,
+              "; pass e.g. torch.device('cuda', 0).");
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
+LaunchConfig launch_config_for(c10::DeviceIndex device, at::ScalarType dtype) {
+  LaunchTable& table = launch_table();
+  const std::lock_guard<std::mutex> lock(table.mutex);
+  const auto found = table.configs.find({device, dtype});
+  return found == table.configs.end() ? default_config(dtype) : found->second;
+}
+
+void set_launch_config(c10::Device device, at::ScalarType dtype, int64_t threads_per_block,
+                       int64_t vectors_per_thread, int64_t max_blocks_per_sm) {
+  constexpr const char* op = "selu_course::set_launch_config";
+  const c10::DeviceIndex index = cuda_index(device, op);
+  TORCH_CHECK(is_supported_float(dtype), op, ": expected float32, float64, float16 or bfloat16, got ", dtype, ".");
+  check_launch_config(threads_per_block, vectors_per_thread, max_blocks_per_sm, op);
+  LaunchTable& table = launch_table();
+  const std::lock_guard<std::mutex> lock(table.mutex);
+  table.configs[{index, dtype}] = LaunchConfig{static_cast<int>(threads_per_block),
+                                               static_cast<int>(vectors_per_thread), max_blocks_per_sm};
+}
+
+// [threads_per_block, vectors_per_thread, max_blocks_per_sm] in use on `device` for `dtype`.
+std::vector<int64_t> launch_config(c10::Device device, at::ScalarType dtype) {
+  constexpr const char* op = "selu_course::launch_config";
+  const c10::DeviceIndex index = cuda_index(device, op);
+  TORCH_CHECK(is_supported_float(dtype), op, ": expected float32, float64, float16 or bfloat16, got ", dtype, ".");
+  const LaunchConfig config = launch_config_for(index, dtype);
+  return {config.threads_per_block, config.vectors_per_thread, config.max_blocks_per_sm};
 }
 // endregion
 
@@ -118,17 +179,26 @@ unsigned int grid_size(int64_t blocks_needed, const LaunchConfig& config, c10::D
 }
 
 template <typename T, int VECTORS_PER_THREAD>
-void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& config,
-                       c10::cuda::CUDAStream stream) {
-  const int64_t num_vectors = numel / kElementsPerVector<T>;
+void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
+  // The first `head` elements are done one by one, so that y + head starts a
+  // 16-byte chunk; x + head may or may not (x[1:] into a fresh y: it does not).
+  const int64_t head = std::min(elements_before_alignment(y), numel);
+  const bool x_aligned = is_16_byte_aligned(x + head);
+  const int64_t num_vectors = (numel - head) / kElementsPerVector<T>;  // at most: the kernel may leave 2 to its tail
   const int64_t tiles = ceil_div(num_vectors, int64_t{config.threads_per_block} * VECTORS_PER_THREAD);
   const unsigned int blocks = grid_size(tiles, config, stream.device_index());
+  const int head_elements = static_cast<int>(head);
   // x and y either are the same memory (in place) or do not overlap at all: the
   // operators refuse a partial overlap before they get here (elementwise.h).
   if (x == y) {
-    selu_vectorized_kernel<T, VECTORS_PER_THREAD, true><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+    selu_vectorized_kernel<T, VECTORS_PER_THREAD, true, true>
+        <<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel, head_elements);
+  } else if (x_aligned) {
+    selu_vectorized_kernel<T, VECTORS_PER_THREAD, false, true>
+        <<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel, head_elements);
   } else {
-    selu_vectorized_kernel<T, VECTORS_PER_THREAD, false><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+    selu_vectorized_kernel<T, VECTORS_PER_THREAD, false, false>
+        <<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel, head_elements);
   }
   // Launch errors are only reported when asked for; without this check they
   // surface at some later, unrelated CUDA call.
@@ -136,10 +206,36 @@ void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& conf
 }
 // endregion
 
+// region: small_tensors
+// A configuration tuned on 6.4 GB gives a smaller tensor few, long-lived blocks:
+// 2^16 bf16 elements in tiles of 256 threads x 8 vectors are 4 blocks, on a GPU
+// of 132 SMs, and 2^24 fp32 elements in tiles of 512 x 8 are 8 per SM, so the
+// last wave leaves SMs idle for a large share of the run. Below kMinBlocksPerSM
+// blocks per SM, halve the vectors per thread, then the threads per block, until
+// there are enough or nothing is left to halve (torch's own kernels give 2^24
+// fp32 elements 124 blocks per SM). The reference size, with hundreds of
+// thousands of tiles, is untouched.
+constexpr int64_t kMinBlocksPerSM = 32;
+
+template <typename T>
+LaunchConfig for_size(LaunchConfig config, int64_t numel, c10::DeviceIndex device) {
+  const int64_t wanted = kMinBlocksPerSM * multiprocessor_count(device);
+  const int64_t num_vectors = numel / kElementsPerVector<T>;
+  auto blocks = [&] { return ceil_div(num_vectors, int64_t{config.threads_per_block} * config.vectors_per_thread); };
+  while (blocks() < wanted && config.vectors_per_thread > 1) {
+    config.vectors_per_thread /= 2;
+  }
+  while (blocks() < wanted && config.threads_per_block > 128) {
+    config.threads_per_block /= 2;
+  }
+  return config;
+}
+// endregion
+
 // region: launch
 template <typename T>
 void launch_selu(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
-  if (!is_16_byte_aligned(x) || !is_16_byte_aligned(y)) {
+  if (!is_element_aligned(x) || !is_element_aligned(y)) {
     const int64_t blocks_needed = ceil_div(numel, config.threads_per_block);
     const unsigned int blocks = grid_size(blocks_needed, config, stream.device_index());
     selu_scalar_kernel<T><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
@@ -167,35 +263,37 @@ void check_input(const at::Tensor& x, const char* op) {
 // selu over src into out: dense tensors of one layout (see elementwise.h), so
 // the kernel walks both linearly. AT_DISPATCH_FLOATING_TYPES_AND2 instantiates
 // the launcher for fp64, fp32, fp16 and bf16, naming the type scalar_t.
-void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& config) {
+// `exact`: launch `config` as given (selu_vectorized_with_config, which measures
+// configurations); otherwise fit it to the tensor's size first (for_size).
+void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& config, bool exact = false) {
   const int64_t numel = src.numel();
   if (numel == 0) {
     return;  // a grid of 0 blocks is an invalid launch configuration
   }
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "selu_vectorized", [&] {
-    launch_selu<scalar_t>(src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), numel, config,
-                          stream);
+    const LaunchConfig launch = exact ? config : for_size<scalar_t>(config, numel, stream.device_index());
+    launch_selu<scalar_t>(src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), numel, launch, stream);
   });
 }
 // endregion
 
-at::Tensor selu_with(const at::Tensor& x, const LaunchConfig& config) {
+at::Tensor selu_with(const at::Tensor& x, const LaunchConfig& config, bool exact = false) {
   // Allocate and launch on x's GPU, not on whichever GPU happens to be current.
   const c10::cuda::CUDAGuard device_guard(x.device());
-  return unary_new_tensor(x, [&](const at::Tensor& src, at::Tensor& out) { selu_dense(src, out, config); });
+  return unary_new_tensor(x, [&](const at::Tensor& src, at::Tensor& out) { selu_dense(src, out, config, exact); });
 }
 
 at::Tensor selu_vectorized(const at::Tensor& x) {
   check_input(x, "selu_course::selu_vectorized");
-  return selu_with(x, default_config(x.scalar_type()));
+  return selu_with(x, launch_config_for(x.device().index(), x.scalar_type()));
 }
 
 void selu_vectorized_out(const at::Tensor& x, at::Tensor& out) {
   constexpr const char* op = "selu_course::selu_vectorized.out";
   check_input(x, op);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const LaunchConfig config = default_config(x.scalar_type());
+  const LaunchConfig config = launch_config_for(x.device().index(), x.scalar_type());
   unary_out(op, x, out, [&](const at::Tensor& src, at::Tensor& dst) { selu_dense(src, dst, config); });
 }
 
@@ -205,7 +303,7 @@ void selu_vectorized_inplace(at::Tensor& x) {
   constexpr const char* op = "selu_course::selu_vectorized_";
   check_input(x, op);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const LaunchConfig config = default_config(x.scalar_type());
+  const LaunchConfig config = launch_config_for(x.device().index(), x.scalar_type());
   unary_out(op, x, x, [&](const at::Tensor& src, at::Tensor& dst) { selu_dense(src, dst, config); });
 }
 
@@ -215,7 +313,8 @@ at::Tensor selu_vectorized_with_config(const at::Tensor& x, int64_t threads_per_
   check_input(x, op);
   check_launch_config(threads_per_block, vectors_per_thread, max_blocks_per_sm, op);
   return selu_with(x, LaunchConfig{static_cast<int>(threads_per_block), static_cast<int>(vectors_per_thread),
-                                   max_blocks_per_sm});
+                                   max_blocks_per_sm},
+                   /*exact=*/true);
 }
 
 }  // namespace
@@ -225,6 +324,13 @@ TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
   m.impl("selu_vectorized.out", &selu_vectorized_out);
   m.impl("selu_vectorized_", &selu_vectorized_inplace);
   m.impl("selu_vectorized_with_config", &selu_vectorized_with_config);
+}
+
+// No tensor argument to dispatch on: these run as CompositeExplicitAutograd,
+// the kernel the dispatcher picks for an operator called without tensors.
+TORCH_LIBRARY_IMPL(selu_course, CompositeExplicitAutograd, m) {
+  m.impl("set_launch_config", &set_launch_config);
+  m.impl("launch_config", &launch_config);
 }
 
 }  // namespace selu_course

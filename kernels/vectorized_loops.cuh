@@ -7,33 +7,129 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <utility>
+
+#include <ATen/OpMathType.h>
 
 #include "vectors.cuh"
 
 namespace selu_course {
 
-// region: tile_loop
-// One 16-byte vector of an input. A plain load (ld.global) where the kernel also
-// writes this memory (IN_PLACE); otherwise the read-only path (ld.global.nc),
-// which is undefined for memory the same kernel writes.
-template <bool IN_PLACE, typename Vector>
-__device__ __forceinline__ Vector load_vector(const Vector* address) {
+// region: loads
+// One element of an input, through the read-only path unless the kernel also
+// writes this memory (IN_PLACE). __ldg has no overload for c10::Half and
+// c10::BFloat16, so every type is loaded as the unsigned integer of its size.
+template <bool IN_PLACE, typename T>
+__device__ __forceinline__ T load_element(const T* address) {
   if constexpr (IN_PLACE) {
     return *address;
   } else {
-    return __ldg(address);
+    using Bits = std::conditional_t<sizeof(T) == 2, unsigned short,
+                                    std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>>;
+    const Bits bits = __ldg(reinterpret_cast<const Bits*>(address));
+    T value;
+    memcpy(&value, &bits, sizeof(T));
+    return value;
   }
 }
 
-// op applied to element e of vector v of every input: op(packs[0][v].elements[e], packs[1][v]...).
-template <typename Op, typename Packs, std::size_t... K>
-__device__ __forceinline__ auto apply_to_element(Op op, const Packs& packs, int v, int e,
-                                                 std::index_sequence<K...>) {
-  return op(packs[K][v].elements[e]...);
+// Vector i of an input. ALIGNED: one 16-byte load (ld.global.v4), plain where
+// the kernel also writes this memory (IN_PLACE), otherwise read-only
+// (ld.global.nc), which is undefined for memory the same kernel writes.
+// Not ALIGNED (a view that starts inside a 16-byte chunk, e.g. x[1:]): a
+// 16-byte load there would fault. fp32 and fp64 load the vector's elements one
+// by one; across a warp those loads still cover whole contiguous lines, and
+// the stores stay 16 bytes wide. fp16 and bf16 would need 8 loads and the
+// instructions to assemble them, which an instruction-bound H200 pays for in
+// time, so they realign in registers instead: the five 32-bit words from the
+// 4-byte boundary at or before the vector's first element, each pair funnel-
+// shifted by 0 or 16 bits into one word of the vector. The first of those
+// words may hold the element before the view; it lies in the same allocation
+// (a pointer 2 bytes past a 4-byte boundary is never an allocation's first
+// byte) and is never written. The last one may hold the element after the
+// vector, which map_vectors keeps inside the tensor (kSlackElements).
+template <bool IN_PLACE, bool ALIGNED, typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* input, int64_t i) {
+  Pack<T> pack;
+  if constexpr (ALIGNED) {
+    const auto* address = reinterpret_cast<const typename VectorOf<T>::type*>(input) + i;
+    if constexpr (IN_PLACE) {
+      pack.vector = *address;
+    } else {
+      pack.vector = __ldg(address);
+    }
+  } else if constexpr (sizeof(T) == 2) {
+    const T* first = input + i * kElementsPerVector<T>;
+    const auto address = reinterpret_cast<std::uintptr_t>(first);
+    const auto* words = reinterpret_cast<const unsigned int*>(address & ~std::uintptr_t{3});
+    const unsigned int shift = (address & 2) * 8;  // 0 or 16 bits
+    unsigned int loaded[5];
+#pragma unroll
+    for (int k = 0; k < 5; ++k) {
+      loaded[k] = __ldg(words + k);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      pack.words[k] = __funnelshift_r(loaded[k], loaded[k + 1], shift);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kElementsPerVector<T>; ++e) {
+      pack.elements[e] = load_element<IN_PLACE>(input + i * kElementsPerVector<T> + e);
+    }
+  }
+  return pack;
 }
 
-// The roofline loop. Every pointer must be 16-byte aligned (the launcher checks).
+// Elements the vector loop leaves to the tail, so that a misaligned 16-bit
+// load_pack never reads past the tensor's end (its fifth word may reach one
+// element beyond the vector, two where the view is 4-byte aligned).
+template <typename T, bool ALIGNED>
+constexpr int64_t kSlackElements = (ALIGNED || sizeof(T) != 2) ? 0 : 2;
+// endregion
+
+// region: tile_loop
+// op on one element of every input, in the math type: out = T(op(M(a), M(b)...)),
+// with M = at::opmath_type<T> (float for fp16 and bf16: one rounding, on the
+// way out, as torch does; T itself for fp32 and fp64).
+template <typename T, typename Op, typename... Inputs>
+__device__ __forceinline__ T apply(Op op, Inputs... values) {
+  using opmath_t = at::opmath_type<T>;
+  return static_cast<T>(op(static_cast<opmath_t>(values)...));
+}
+
+// op on vector v of every input, into packs[0][v]. 16-bit types two at a time:
+// each 32-bit word is unpacked to two floats, and the two results packed with
+// one conversion (vectors.cuh, pairs).
+template <typename T, typename Op, typename Packs, std::size_t... K>
+__device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std::index_sequence<K...>) {
+  if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 pairs[] = {unpack_pair(packs[K][v].words[w], T{})...};
+      const float low = op(pairs[K].x...);
+      const float high = op(pairs[K].y...);
+      packs[0][v].words[w] = pack_pair(make_float2(low, high), T{});
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kElementsPerVector<T>; ++e) {
+      packs[0][v].elements[e] = apply<T>(op, packs[K][v].elements[e]...);
+    }
+  }
+}
+
+// The roofline loop: out[k] = op(inputs[k]...) for k < numel, op taking and
+// returning the math type (apply).
+//
+// `head` (0 <= head < 16 bytes / sizeof(T)) is how many elements come before
+// out's first 16-byte boundary: the first threads of block 0 do those one by
+// one, and everything after is done 16 bytes at a time, with out and every
+// input advanced by head. The launcher picks ALIGNED when every input is then
+// 16-byte aligned too (fresh tensors, an in-place x[1:], x[1:] into y[1:]);
+// otherwise the inputs are read element by element (load_pack).
 //
 // The vectors are cut into tiles of blockDim.x * VECTORS_PER_THREAD; block b
 // handles tiles b, b + gridDim.x, ... (a grid-stride loop over tiles: once per
@@ -44,18 +140,25 @@ __device__ __forceinline__ auto apply_to_element(Op op, const Packs& packs, int 
 //
 // IN_PLACE says whether out is one of the inputs: then that input is written by
 // this kernel, and the loads must be plain ones.
-template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, typename Op, typename... Inputs>
-__device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, const Inputs*... inputs) {
+template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, typename Op, typename... Inputs>
+__device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, int head, const Inputs*... inputs) {
   using Vector = typename VectorOf<T>::type;
   constexpr int kInputs = sizeof...(Inputs);
-  const Vector* in_vectors[kInputs] = {reinterpret_cast<const Vector*>(inputs)...};
-  Vector* out_vectors = reinterpret_cast<Vector*>(out);
-  const int64_t num_vectors = numel / kElementsPerVector<T>;
+  static_assert(ALIGNED || !IN_PLACE, "in place, out and x are aligned alike: the head makes both aligned");
+  // 1. The head, one element per thread.
+  if (blockIdx.x == 0 && threadIdx.x < head && threadIdx.x < numel) {
+    out[threadIdx.x] = apply<T>(op, inputs[threadIdx.x]...);
+  }
+  const int64_t body = numel > head ? numel - head : 0;
+  const T* in_body[kInputs] = {(inputs + head)...};
+  Vector* out_vectors = reinterpret_cast<Vector*>(out + head);
+  const int64_t slack = kSlackElements<T, ALIGNED>;
+  const int64_t num_vectors = body > slack ? (body - slack) / kElementsPerVector<T> : 0;
   const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
 
   for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
     Pack<T> packs[kInputs][VECTORS_PER_THREAD];
-    // 1. Load. The loads do not depend on each other and nothing uses them yet,
+    // 2. Load. The loads do not depend on each other and nothing uses them yet,
     //    so all of them are in flight at once: the thread waits for memory once
     //    per tile, not once per vector.
 #pragma unroll
@@ -64,44 +167,48 @@ __device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, const 
       if (i < num_vectors) {  // the last tile may be partial
 #pragma unroll
         for (int k = 0; k < kInputs; ++k) {
-          packs[k][v].vector = load_vector<IN_PLACE>(in_vectors[k] + i);
+          packs[k][v] = load_pack<IN_PLACE, ALIGNED>(in_body[k], i);
         }
       }
     }
-    // 2. Compute in registers and store, 16 bytes at a time.
+    // 3. Compute in registers and store, 16 bytes at a time.
 #pragma unroll
     for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
       const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
       if (i < num_vectors) {
-#pragma unroll
-        for (int e = 0; e < kElementsPerVector<T>; ++e) {
-          packs[0][v].elements[e] = apply_to_element(op, packs, v, e, std::make_index_sequence<kInputs>{});
-        }
+        apply_to_vector<T>(op, packs, v, std::make_index_sequence<kInputs>{});
         out_vectors[i] = packs[0][v].vector;
       }
     }
   }
 
-  // 3. The tail: the last numel % kElementsPerVector elements (at most 7) do
-  //    not fill a vector, so the first threads of block 0 do them one by one.
-  const int64_t tail_index = num_vectors * kElementsPerVector<T> + threadIdx.x;
+  // 4. The tail: the elements after the last whole vector (at most 7, or 9
+  //    with the slack) are done one by one by the first threads of block 0.
+  const int64_t tail_index = head + num_vectors * kElementsPerVector<T> + threadIdx.x;
   if (blockIdx.x == 0 && tail_index < numel) {
-    out[tail_index] = op(inputs[tail_index]...);
+    out[tail_index] = apply<T>(op, inputs[tail_index]...);
   }
+}
+
+// Elements before out's first 16-byte boundary: the `head` of map_vectors. Every
+// pointer of a tensor is a multiple of sizeof(T) (the launcher checks), so this
+// is a whole number of elements.
+template <typename T>
+inline int64_t elements_before_alignment(const T* out) {
+  const auto misalignment = reinterpret_cast<std::uintptr_t>(out) % kVectorBytes;
+  return misalignment == 0 ? 0 : static_cast<int64_t>((kVectorBytes - misalignment) / sizeof(T));
 }
 // endregion
 
 // region: scalar_loop
-// The fallback when a pointer is not 16-byte aligned (a view such as x[1:] starts
-// 4 bytes into an allocation): a 16-byte load from an address that is not a
-// multiple of 16 is a misaligned-address fault, so this loop does one element
-// per thread per step, grid-stride. (A faster fallback would peel the first
-// elements until the pointers align, when their misalignments are equal.)
+// The fallback for a pointer that is not even a multiple of sizeof(T) (memory
+// reinterpreted from bytes, never a view of a tensor of T): one element per
+// thread per step, grid-stride.
 template <typename T, typename Op, typename... Inputs>
 __device__ __forceinline__ void map_elements(Op op, T* out, int64_t numel, const Inputs*... inputs) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
-    out[i] = op(inputs[i]...);
+    out[i] = apply<T>(op, inputs[i]...);
   }
 }
 // endregion

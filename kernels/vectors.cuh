@@ -3,10 +3,13 @@
 // backward kernel of notebook 04 (selu_backward.cu).
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace selu_course {
 
@@ -24,20 +27,59 @@ template <> struct VectorOf<c10::BFloat16> { using type = uint4; };
 template <typename T>
 constexpr int kElementsPerVector = kVectorBytes / sizeof(T);  // 4 fp32, 2 fp64, 8 fp16/bf16
 
-// One 16-byte vector seen two ways: as `vector` by the load and the store, as
-// `elements` by the math. Indexed only with compile-time constants (unrolled
-// loops), the union lives in registers.
+// One 16-byte vector seen three ways: as `vector` by the load and the store, as
+// `elements` by the math, and as four 32-bit `words` by the math of the 16-bit
+// types, which converts two elements at a time. Indexed only with compile-time
+// constants (unrolled loops), the union lives in registers.
 template <typename T>
 union Pack {
   typename VectorOf<T>::type vector;
   T elements[kElementsPerVector<T>];
+  uint32_t words[4];
 };
+// endregion
+
+// region: pairs
+// Two fp16 or bf16 values in a 32-bit word, to and from two floats. One
+// instruction converts both on the way out (cvt.rn.bf16x2.f32, cvt.rn.f16x2.f32),
+// with the rounding of the one-at-a-time conversion; a bf16 is the top half of
+// a float, so on the way in a shift and a mask do. One at a time through the
+// union, the compiler assembled each 16-bit result into a 64-bit register with
+// bit-field inserts: about 3 more instructions per element, which the H200,
+// where fp16 and bf16 are instruction-bound, pays in time.
+__device__ __forceinline__ float2 unpack_pair(uint32_t word, c10::BFloat16) {
+  return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+__device__ __forceinline__ float2 unpack_pair(uint32_t word, c10::Half) {
+  __half2 pair;
+  memcpy(&pair, &word, sizeof word);
+  return __half22float2(pair);
+}
+__device__ __forceinline__ uint32_t pack_pair(float2 values, c10::BFloat16) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(values.x, values.y);
+  uint32_t word;
+  memcpy(&word, &pair, sizeof word);
+  return word;
+}
+__device__ __forceinline__ uint32_t pack_pair(float2 values, c10::Half) {
+  const __half2 pair = __floats2half2_rn(values.x, values.y);
+  uint32_t word;
+  memcpy(&word, &pair, sizeof word);
+  return word;
+}
 // endregion
 
 // region: alignment
 // A 16-byte access must start at a multiple of 16 bytes, or it faults.
 inline __host__ __device__ bool is_16_byte_aligned(const void* pointer) {
   return reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
+}
+
+// Every tensor of T starts at a multiple of sizeof(T); only memory reinterpreted
+// from bytes can fail this.
+template <typename T>
+inline __host__ __device__ bool is_element_aligned(const T* pointer) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % sizeof(T) == 0;
 }
 // endregion
 

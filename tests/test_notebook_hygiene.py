@@ -16,7 +16,7 @@ import pytest
 
 from helpers import env
 
-NOTEBOOKS = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]*_*.ipynb"))
 SECTIONS = {
     "objectives": re.compile(r"^#+ .*(what you will learn|objectives|goals)", re.I | re.M),
     "summary": re.compile(r"^#+ .*(summary|takeaways)", re.I | re.M),

@@ -76,7 +76,7 @@ def test_results_are_cached(compiled):
 @pytest.mark.parametrize("vectors", VECTORS_PER_THREAD)
 def test_vectorized_kernel_moves_16_bytes_per_access(compiled, ctype, vectors, in_place):
     ptx = ptx_of(compiled, "selu_vectorized.cu")
-    kernel = f"selu_vectorized_kernel<{ctype}, {vectors}, {str(in_place).lower()}>"
+    kernel = f"selu_vectorized_kernel<{ctype}, {vectors}, {str(in_place).lower()}, true>"
     form = VECTOR_FORMS[ctype]
     loads = nvcc.vector_loads(ptx, kernel)
     stores = nvcc.vector_stores(ptx, kernel)
@@ -88,6 +88,53 @@ def test_vectorized_kernel_moves_16_bytes_per_access(compiled, ctype, vectors, i
     assert sum(loads.values()) == vectors, loads
     assert set(stores) and all(re.fullmatch(rf"st\.global\.{form}", op) for op in stores), stores
     assert sum(stores.values()) == vectors, stores
+
+
+# Loads per vector of a misaligned input: fp32 and fp64 element by element; fp16 and
+# bf16 as five 32-bit words, realigned in registers (vectorized_loops.cuh, load_pack).
+MISALIGNED_LOADS = {"float": (r"ld\.global\.nc\.[fu]32", 4), "double": (r"ld\.global\.nc\.[fu]64", 2),
+                    "c10::Half": (r"ld\.global\.nc\.[ub]32", 5), "c10::BFloat16": (r"ld\.global\.nc\.[ub]32", 5)}
+
+
+@pytest.mark.parametrize("ctype", VECTOR_FORMS)
+@pytest.mark.parametrize("vectors", VECTORS_PER_THREAD)
+def test_misaligned_input_is_read_narrower_and_written_by_vector(compiled, ctype, vectors):
+    # x[1:] into a fresh, aligned out: x cannot be read 16 bytes at a time (that
+    # would fault), so it is read in narrower loads, read-only; out still takes
+    # one 16-byte store per vector.
+    ptx = ptx_of(compiled, "selu_vectorized.cu")
+    kernel = f"selu_vectorized_kernel<{ctype}, {vectors}, false, false>"
+    body = "".join(nvcc._select(ptx, kernel).values())
+    loads = re.findall(r"\bld\.global\.\S+", body)
+    assert not nvcc.vector_loads(ptx, kernel), nvcc.vector_loads(ptx, kernel)
+    form, per_vector = MISALIGNED_LOADS[ctype]
+    element_loads = [op for op in loads if re.fullmatch(form, op)]
+    assert len(element_loads) == vectors * per_vector, loads
+    assert len(loads) == len(element_loads) + 2, loads  # the head's and the tail's
+    assert sum(nvcc.vector_stores(ptx, kernel).values()) == vectors
+
+
+def test_the_launcher_peels_to_out_alignment():
+    # The vector path starts at out's first 16-byte boundary, and picks the
+    # element-load kernel only when x is not aligned there too.
+    code = without_comments((env.KERNELS_DIR / "selu_vectorized.cu").read_text())
+    assert "elements_before_alignment(y)" in code
+    assert re.search(r"else if \(x_aligned\) \{\s*selu_vectorized_kernel<T, VECTORS_PER_THREAD, false, true>", code)
+
+
+# Arithmetic instructions per element of the 16-bit kernels: the economical
+# path (selu_math.cuh) is about 20, where expm1f's is about 33 plus the branch.
+ARITHMETIC = re.compile(r"^\s*(fma|mul|add|sub|max|min|selp|setp|shl|and|cvt|ex2|abs|neg)\.", re.M)
+
+
+@pytest.mark.parametrize("ctype", ["c10::Half", "c10::BFloat16"])
+def test_16_bit_kernels_spend_about_20_instructions_per_element(compiled, ctype):
+    ptx = ptx_of(compiled, "selu_vectorized.cu")
+    body = "".join(nvcc._select(ptx, f"selu_vectorized_kernel<{ctype}, 4, false, true>").values())
+    # 4 vectors of 8 elements, plus one head and one tail element
+    per_element = len(ARITHMETIC.findall(body)) / (4 * 8 + 2)
+    assert 15 <= per_element <= 25, per_element
+    assert "ex2.approx" not in body and "bra.uni" not in body  # no expm1f, no branch per element
 
 
 def test_scalar_fallback_has_no_vector_loads(compiled):
@@ -105,7 +152,8 @@ def _may_write_what_it_reads(kernel_name: str) -> bool:
     backward kernels (whose grad_in is always a new tensor): the naive and scalar
     kernels serve out= (out may be x), and in-place instantiations are in place by
     definition."""
-    return not re.search(r"selu_vectorized_kernel<[^>]*, false>|selu_backward(_scalar)?_kernel<", kernel_name)
+    return not re.search(r"selu_vectorized_kernel<[^,>]+, \d+, false, (?:true|false)>|selu_backward(_scalar)?_kernel<",
+                         kernel_name)
 
 
 @pytest.mark.parametrize("filename", CU_FILES)
@@ -122,7 +170,7 @@ def test_the_launcher_picks_the_in_place_kernel_when_out_is_x():
     # The rule above holds only if the launcher never sends x == y to a read-only
     # instantiation: it compares the pointers, and IN_PLACE = true is the x == y branch.
     code = without_comments((env.KERNELS_DIR / "selu_vectorized.cu").read_text())
-    branch = re.search(r"if \(x == y\) \{\s*selu_vectorized_kernel<T, VECTORS_PER_THREAD, (\w+)>", code)
+    branch = re.search(r"if \(x == y\) \{\s*selu_vectorized_kernel<T, VECTORS_PER_THREAD, (\w+), true>", code)
     assert branch is not None and branch.group(1) == "true", "launch_vectorized must send x == y to IN_PLACE = true"
 
 
@@ -210,9 +258,9 @@ ptxas info    : Used 4 registers, used 0 barriers
 
 
 def test_show_ptx_prints_the_matching_lines(compiled, capsys):
-    nvcc.show_ptx(ptx_of(compiled, "selu_vectorized.cu"), "selu_vectorized_kernel<float, 4, true>", r"ld\.global")
+    nvcc.show_ptx(ptx_of(compiled, "selu_vectorized.cu"), "selu_vectorized_kernel<float, 4, true, true>", r"ld\.global")
     printed = capsys.readouterr().out
-    assert "selu_vectorized_kernel<float, 4, true>" in printed
+    assert "selu_vectorized_kernel<float, 4, true, true>" in printed
     assert printed.count("ld.global.v4.f32") == 4
     assert "ld.global.nc" not in printed
 

@@ -112,7 +112,7 @@ def test_vectors_threads_table_reads_the_config_field(launch_records):
     row_1 = next(line for line in text.splitlines() if line.startswith("| 1 | 16 B"))
     assert row_1 == f"| 1 | 16 B | 100.0% | {100 / 1.01:.1f}% | {100 / 1.02:.1f}% |"
     assert "fastest: 128 threads × 1 vectors, one-shot grid at 100.0% of the copy" in text
-    assert f"the fp32 default, 256 threads × 1 vectors, one-shot grid: {100 / 1.01:.1f}%" in text
+    assert f"the launch before tuning, 256 threads × 1 vectors, one-shot grid: {100 / 1.01:.1f}%" in text
 
 
 def test_grid_table_has_a_row_per_grid_and_compares_with_one_shot(launch_records):
@@ -155,7 +155,12 @@ def headline_rows(*, vectorized_ms, eager_ms, compile_ms, copy_ms=2.0, spread=0.
 def test_goal_report_passes_and_misses_from_one_run():
     good = str(report.goal_report(headline_rows(vectorized_ms=2.01, eager_ms=2.4, compile_ms=2.02), "good"))
     assert good.startswith("**good**") and "MISS" not in good
-    assert good.count("PASS") == 3 + 3 + 3  # fp32: copy, eager, compile; each half type: copy, eager, compile
+    assert good.count("PASS") == 4 * 3  # fp32, fp64: copy, eager, compile; each half type: copy, eager, compile
+    with_triton = headline_rows(vectorized_ms=2.01, eager_ms=2.4, compile_ms=2.02)
+    with_triton += [rec(bench.TRITON, REF, 2.0, dtype=d, run="run-h", repeats=[2.0] * 3) for d in report.GOAL_DTYPES]
+    beaten = str(report.goal_report(with_triton, "triton"))
+    assert "bfloat16: not slower than triton beyond the spread | +0.0100 ms" in beaten and "**MISS**" in beaten
+    assert "float32: not slower than triton" not in beaten  # the Triton goal is the 16-bit types' only
     slow = str(report.goal_report(headline_rows(vectorized_ms=2.1, eager_ms=2.2, compile_ms=2.0), "slow"))
     assert "| float32: ≤ 1.01 × copy | 1.050 × copy" in slow and "| **MISS** |" in slow
     assert "| bfloat16: ≥ 1.12× faster than eager | 1.048×" in slow
@@ -189,24 +194,25 @@ def test_slowest_against_eager_and_the_verdict():
 
 def test_spreads_lists_every_variant_of_every_dtype():
     text = report.spreads(headline_rows(vectorized_ms=2.0, eager_ms=2.4, compile_ms=2.0, spread=0.5))
-    assert len(text.splitlines()) == 3
+    assert len(text.splitlines()) == len(report.GOAL_DTYPES)
     assert "float32 spread over 3 runs" in text and "torch_eager 0.5 ms" in text
 
 
 def test_roofline_figures_save_only_what_this_machine_measured(tmp_path):
     rows = headline_rows(vectorized_ms=2.0, eager_ms=2.4, compile_ms=2.1)
     figures = report.roofline_figures(as_records(rows))
-    assert len(figures) == 3 and all(isinstance(f, Figure) for f in figures)
+    assert len(figures) == len(report.GOAL_DTYPES) and all(isinstance(f, Figure) for f in figures)
     assert not (tmp_path / "h100").exists()
     report.roofline_figures(as_records(rows, measured=True))
     assert sorted(p.name for p in (tmp_path / "h100" / "figures").glob("*.json")) == [
-        "03_roofline_bfloat16.json", "03_roofline_float16.json", "03_roofline_float32.json"]
+        "03_roofline_bfloat16.json", "03_roofline_float16.json", "03_roofline_float32.json",
+        "03_roofline_float64.json"]
 
 
 def test_roofline_figures_skip_a_dtype_whose_run_has_no_copy(capsys):
     rows = [r for r in headline_rows(vectorized_ms=2.0, eager_ms=2.4, compile_ms=2.1)
             if not (r["variant"] == COPY and r["dtype"] == "float16")]
-    assert len(report.roofline_figures(as_records(rows))) == 2
+    assert len(report.roofline_figures(as_records(rows))) == len(report.GOAL_DTYPES) - 1
     assert "float16: no copy" in capsys.readouterr().out
 
 
@@ -321,7 +327,7 @@ def test_headline_measures_every_dtype_three_times_and_reports_the_goals(gpu_pat
     assert len(report.roofline_figures(head)) == 4
     assert (tmp_path / "cpu" / "figures" / "03_roofline_bfloat16.png").exists()
     text = str(report.goal_report(head))
-    assert text.count("| float") + text.count("| bfloat16") == 9 and "not measured" not in text
+    assert text.count("| float") + text.count("| bfloat16") == 12 and "not measured" not in text
 
 
 def test_curve_sweeps_saves_and_draws(gpu_path, tmp_path):
@@ -367,23 +373,13 @@ def test_bad_input_table_gives_errors_and_correct_results(kernels):
     assert table.count("\n| ") == len(by_name) + 1 and "WRONG" not in table
 
 
-def test_selu_into_same_offset_writes_into_an_out_with_the_inputs_misalignment(kernels):
-    base = torch.randn(1000)
-    for k in (0, 1, 2, 3):
-        x = base[k:]
-        y = report.selu_into_same_offset(x)
-        assert y.data_ptr() % 16 == x.data_ptr() % 16
-        check.assert_close_ulps(y, check.selu_reference(x), x, check.MAX_ULP[torch.float32])
-    print(check.check_unary(report.selu_into_same_offset, dtype=torch.bfloat16, device="cpu").assert_ok())
-
-
 @pytest.mark.nvcc
 def test_kernel_resources_table_from_ptx_and_ptxas():
     text = str(report.kernel_resources_table(report.compile_ptx()))
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert len(rows) == 1 + 16 + 4
     assert rows[0].startswith("| `selu_naive_kernel<selu_course::SeluOp>` | 0, 0 |")
-    assert any(line.startswith("| `selu_vectorized_kernel<float, 4, false>` | 4, 4 |") for line in rows)
+    assert any(line.startswith("| `selu_vectorized_kernel<float, 4, false, true>` | 4, 4 |") for line in rows)
 
 
 def test_without_nvcc_the_ptx_cells_say_so(monkeypatch, capsys):

@@ -1,0 +1,490 @@
+"""Notebook 03b: one kernel at the roofline on every Hopper GPU (the H100 and the H200).
+
+Each section's measurement on this GPU, or, without one, the committed records of both
+GPUs side by side (``results/h100``, ``results/h200``). A table says which it shows.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+
+from . import bench, check, env, nvcc, ops, report, results, tuning
+from .bench import COPY, dtype_name
+from .report import Markdown
+
+GPUS = ("h100", "h200")  # the GPUs whose records the course commits
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+# Datasheet figures, the same for the H100 SXM and the H200: 132 SMs, 4 schedulers per
+# SM that each issue one warp instruction per clock, at up to 1,980 MHz.
+SMS, SCHEDULERS_PER_SM, BOOST_CLOCK_HZ = 132, 4, 1.98e9
+WARP = 32
+LATENCY_US = (0.5, 1.0)  # a bracket for DRAM latency under load: an assumption, not a measurement
+DTYPE_COLORS = {"float32": "tab:blue", "float64": "tab:purple", "bfloat16": "tab:orange", "float16": "tab:green"}
+TUNING_TABLE, INSTRUCTIONS_TABLE, MISALIGNED_TABLE = "03b_tuning.json", "03b_instructions.json", "03b_misaligned.json"
+
+
+def _table(header, align, rows) -> list[str]:
+    return report._table(header, align, rows)
+
+
+def _here() -> str | None:
+    """This machine's GPU slug when it measures (a GPU and CUDA kernels), else None."""
+    return env.device_slug() if env.can_build_cuda() else None
+
+
+def _records(slug: str) -> list[dict]:
+    """This run's records for this GPU; the committed ones for any other."""
+    return results.load(slug) if slug == _here() else results.load_reference(slug)
+
+
+def _source(slug: str) -> str:
+    return "this run" if slug == _here() else f"committed {slug.upper()} run"
+
+
+def _slugs() -> tuple[str, ...]:
+    here = _here()
+    return GPUS if here is None or here in GPUS else (*GPUS, here)
+
+
+# --------------------------------------------------------------------------- 1. two GPUs
+
+PEERS = (COPY, "torch_eager", "torch_compile", bench.TRITON, "selu_vectorized")
+
+
+def _headline(records: list[dict], dtype: str) -> dict[str, dict]:
+    """The default-launch headline records of ``dtype`` at the reference size, from the
+    run of the kernel's record (notebook 03, section 6)."""
+    kernel = next((r for r in records if r["variant"] == "selu_vectorized" and r["dtype"] == dtype
+                   and r["numel"] == env.REFERENCE_NUMEL and r.get("config") is None and r["op"] == "forward"), None)
+    if kernel is None:
+        return {}
+    return {r["variant"]: r for r in records if r.get("run") == kernel.get("run") and r["dtype"] == dtype
+            and r["numel"] == kernel["numel"] and r.get("config") is None and r["op"] == "forward"}
+
+
+def two_gpus_table() -> Markdown:
+    """Notebook 03's headline on each GPU: ms, and each time as a multiple of the copy in its run."""
+    rows = []
+    for slug in _slugs():
+        records = _records(slug)
+        for dtype in DTYPES:
+            run = _headline(records, dtype)
+            if COPY not in run:
+                continue
+            copy = run[COPY]["median_ms"]
+            cells = [f"{run[v]['median_ms']:.3f} ({run[v]['median_ms'] / copy:.3f}×)" if v in run else "–"
+                     for v in PEERS[1:]]
+            rows.append([f"{slug.upper()} ({_source(slug)})", dtype, f"{copy:.3f}", *cells])
+    if not rows:
+        return Markdown("no headline records of notebook 03 yet: run it on a GPU first")
+    header = ["GPU", "dtype", "copy ms", "torch.selu", "torch.compile", "Triton (10 lines)", "selu_vectorized"]
+    return Markdown("*ms at the reference size, and (in brackets) × the copy of the same run; "
+                    "notebook 03, section 6*\n\n" + "\n".join(_table(header, ["---"] * 2 + ["---:"] * 5, rows)))
+
+
+# --------------------------------------------------------------------------- 2. Little's law
+
+
+def littles_law() -> str:
+    """Bytes in flight that Little's law asks of each GPU, per SM, against what one 16-byte
+    load per resident thread provides."""
+    lines = []
+    for slug in _slugs():
+        run = _headline(_records(slug), "float32")
+        if COPY not in run:
+            continue
+        bandwidth = run[COPY]["gbps"] * 1e9  # bytes per second, read + written
+        reads = bandwidth / 2
+        needed = [reads * latency * 1e-6 / SMS / 1024 for latency in LATENCY_US]
+        lines.append(f"{slug.upper()}: copy at {run[COPY]['gbps']:,.0f} GB/s, so {reads / 1e9:,.0f} GB/s of loads; at "
+                     f"{LATENCY_US[0]}–{LATENCY_US[1]} µs of latency that is {needed[0]:.0f}–{needed[1]:.0f} KiB of "
+                     f"loads in flight per SM")
+    provided = 2048 * 16 / 1024
+    lines.append(f"one 16-byte load per thread, 2,048 threads per SM: {provided:.0f} KiB per SM in flight, "
+                 "before any thread issues a second")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- 3. tuning
+
+
+def tuning_tables() -> dict[str, dict]:
+    """The tuner's records (every candidate's time) per GPU: this GPU's, saved with this run's
+    results as ``03b_tuning.json``, and the committed ones of the others."""
+    tables = {}
+    here = _here()
+    if here is not None:
+        table = tuning.cached(env.default_device())
+        if table is not None:
+            table = {"device": table["gpu"], **table}
+            results.save_table(table, TUNING_TABLE)
+            tables[here] = table
+    for slug in GPUS:
+        if slug not in tables:
+            table = results.load_table(TUNING_TABLE, slug)
+            if table is not None:
+                tables[slug] = table
+    return tables
+
+
+def _pct(ms: float, copy_ms: float) -> str:
+    return f"{100 * copy_ms / ms:.1f}%"
+
+
+def tuning_table(tables: dict[str, dict]) -> Markdown:
+    """Per GPU and dtype: the configuration the tuner chose and its share of the copy's
+    speed, the best and the worst of the 24 candidates, and the launch every dtype had
+    before tuning existed (256 threads; 1 vector for fp32/fp64, 4 for fp16/bf16)."""
+    rows = []
+    for slug, table in tables.items():
+        for dtype in DTYPES:
+            entry = table.get(dtype)
+            if entry is None:
+                continue
+            times, copy = entry["times_ms"], entry["copy_ms"]
+            old = times.get(f"256,{1 if dtype in ('float32', 'float64') else 4},0")
+            worst = max(times, key=times.get)
+            rows.append([f"{slug.upper()} ({_source(slug)})", dtype, entry["label"], _pct(times[",".join(map(str, entry["config"]))], copy),
+                         f"{_pct(times[worst], copy)} ({worst})", _pct(old, copy) if old else "–"])
+    if not rows:
+        return Markdown("no tuning records yet: they are made on a GPU, by build.load")
+    header = ["GPU", "dtype", "chosen", "chosen: % of copy speed", "worst candidate", "before tuning (256 threads)"]
+    return Markdown("*share of the copy's speed (copy ms / kernel ms) at the tuning size "
+                    f"({env.REFERENCE_NUMEL:,} elements where it fits)*\n\n"
+                    + "\n".join(_table(header, ["---"] * 3 + ["---:"] * 3, rows)))
+
+
+def tuning_figure(tables: dict[str, dict]):
+    """Every candidate's share of the copy's speed, one panel per GPU, one line per dtype."""
+    import matplotlib.pyplot as plt
+
+    from . import plot
+
+    if not tables:
+        return None
+    labels = [",".join(map(str, c)) for c in tuning.candidates()]
+    fig, axes = plt.subplots(1, len(tables), figsize=(6 * len(tables), 3.6), sharey=True, squeeze=False)
+    for ax, (slug, table) in zip(axes[0], tables.items()):
+        for dtype in DTYPES:
+            entry = table.get(dtype)
+            if entry:
+                ax.plot(range(len(labels)), [100 * entry["copy_ms"] / entry["times_ms"][k] for k in labels],
+                        marker="o", markersize=3, label=dtype, color=DTYPE_COLORS[dtype])
+        ax.axhline(100, color="black", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+        ax.set_title(f"{table['device']} ({_source(slug)})", fontsize=9)
+        ax.set_xlabel("threads, vectors per thread, blocks per SM (0: one-shot)")
+    axes[0][0].set_ylabel("% of the copy's speed")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    if _here() is not None:
+        plot.save_figure(fig, tables, results.figure_path("03b_tuning", slug=_here()))
+    plt.close(fig)
+    return fig
+
+
+# --------------------------------------------------------------------------- 4. instructions
+
+COMPARE_SOURCE = r"""
+#include "selu_math.cuh"
+// Two bf16 values per 32-bit word, as the kernels hold them: expm1f's path against the economical one.
+__device__ __forceinline__ unsigned int apply(unsigned int w, bool economical) {
+  const float lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
+  const float a = economical ? selu_course::selu_economical(lo) : selu_course::selu(lo);
+  const float b = economical ? selu_course::selu_economical(hi) : selu_course::selu(hi);
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  return r;
+}
+__global__ void with_expm1f(const uint4* x, uint4* y) {
+  uint4 v = x[threadIdx.x];
+  v.x = apply(v.x, false); v.y = apply(v.y, false); v.z = apply(v.z, false); v.w = apply(v.w, false);
+  y[threadIdx.x] = v;
+}
+__global__ void economical(const uint4* x, uint4* y) {
+  uint4 v = x[threadIdx.x];
+  v.x = apply(v.x, true); v.y = apply(v.y, true); v.z = apply(v.z, true); v.w = apply(v.w, true);
+  y[threadIdx.x] = v;
+}
+"""
+ARITHMETIC = ("fma", "mul", "add", "sub", "max", "min", "selp", "setp", "shl", "and", "or", "cvt", "ex2", "abs", "neg")
+
+
+def ptx_per_element() -> Markdown | str:
+    """PTX instructions per bf16 element, by kind, for the two formulations (no GPU needed)."""
+    if env.nvcc_path() is None:
+        return report.NO_NVCC
+    ptx = nvcc.compile_source(COMPARE_SOURCE, "selu_economy").ptx
+    rows = []
+    for name, body in nvcc.kernels(ptx).items():
+        kinds = {}
+        for line in body.splitlines():
+            op = line.strip().split(" ")[0].split("\t")[0]
+            base = op.split(".")[0]
+            if base in ARITHMETIC:
+                kinds[base] = kinds.get(base, 0) + 1
+            elif base == "bra" or base.startswith("@"):
+                kinds["branch"] = kinds.get("branch", 0) + 1
+        total = sum(kinds.values())
+        label = "expm1f (what torch runs)" if "with_expm1f" in name else "economical (selu_math.cuh)"
+        top = ", ".join(f"{k} {v / 8:.1f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:6])
+        rows.append([label, f"{total / 8:.1f}", top])
+    return Markdown("*PTX instructions per element: 8 bf16 elements, compiled for sm_90*\n\n"
+                    + "\n".join(_table(["formulation", "per element", "the most frequent (per element)"],
+                                       ["---", "---:", "---"], rows)))
+
+
+NCU_PROBE = r"""
+import sys, torch
+from helpers import build, ops
+build.load("selu_vectorized")
+for name in sys.argv[1:]:
+    x = torch.randn(2**24, device="cuda", dtype=getattr(torch, name))
+    torch.selu(x); ops.selu_vectorized(x)
+torch.cuda.synchronize()
+"""
+
+
+def _ncu_path() -> str | None:
+    from shutil import which
+
+    found = which("ncu")
+    return found or ("/usr/local/cuda/bin/ncu" if os.path.exists("/usr/local/cuda/bin/ncu") else None)
+
+
+def measure_instructions(dtypes=("bfloat16", "float16", "float32")) -> dict:
+    """Warp instructions per element that Nsight Compute counts on this GPU for torch.selu and
+    for the course's kernel, at 2^24 elements (``smsp__inst_executed.sum`` × 32 / elements)."""
+    ncu = _ncu_path()
+    if ncu is None:
+        return {"device": torch.cuda.get_device_name(), "error": "ncu (Nsight Compute) is not installed here"}
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as probe:
+        probe.write(NCU_PROBE)
+    try:
+        done = subprocess.run([ncu, "--clock-control", "none", "--metrics", "smsp__inst_executed.sum", "--csv",
+                               sys.executable, probe.name, *dtypes], capture_output=True, text=True, timeout=300,
+                              cwd=env.REPO_ROOT, env={**os.environ, "PYTHONPATH": str(env.REPO_ROOT)})
+    finally:
+        os.unlink(probe.name)
+    import csv
+
+    lines = done.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return {"device": torch.cuda.get_device_name(), "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    counts = {}
+    for row in csv.DictReader(lines[start:]):
+        name = row["Kernel Name"]
+        kernel = "torch.selu" if "elu_kernel" in name else "selu_vectorized" if "selu_vectorized_kernel" in name else None
+        if kernel is None:
+            continue
+        per_element = int(row["Metric Value"].replace(",", "")) * WARP / 2**24
+        for dtype in dtypes:
+            if _kernel_dtype(name) == dtype:
+                counts.setdefault(dtype, {})[kernel] = round(per_element, 1)
+    return {"device": torch.cuda.get_device_name(), "numel": 2**24, "per_element": counts}
+
+
+def _kernel_dtype(name: str) -> str | None:
+    for needle, dtype in (("BFloat16", "bfloat16"), ("Half", "float16"), ("double", "float64"), ("float", "float32")):
+        if needle in name:
+            return dtype
+    return None
+
+
+def instruction_tables() -> dict[str, dict]:
+    """Instructions per element on each GPU: measured here (saved as ``03b_instructions.json``),
+    committed for the others."""
+    tables = {}
+    here = _here()
+    if here is not None:
+        tables[here] = measure_instructions()
+        results.save_table(tables[here], INSTRUCTIONS_TABLE)
+    for slug in GPUS:
+        if slug not in tables and (table := results.load_table(INSTRUCTIONS_TABLE, slug)) is not None:
+            tables[slug] = table
+    return tables
+
+
+def issue_bound_table(tables: dict[str, dict]) -> Markdown:
+    """How long issuing the counted instructions takes at the reference size, against the copy.
+
+    issue time = elements × (instructions per element / 32 lanes) / (SMs × schedulers × clock):
+    a floor, since nothing issues faster; where it nears the copy's time, the kernel is
+    instruction-bound rather than memory-bound."""
+    rows = []
+    for slug, table in tables.items():
+        if "error" in table:
+            rows.append([slug.upper(), "–", "–", "–", table["error"]])
+            continue
+        records = _records(slug)
+        for dtype, counts in table["per_element"].items():
+            run = _headline(records, dtype)
+            copy = run[COPY]["median_ms"] if COPY in run else None
+            for kernel, per_element in counts.items():
+                issue_ms = env.REFERENCE_NUMEL * per_element / WARP / (SMS * SCHEDULERS_PER_SM * BOOST_CLOCK_HZ) * 1e3
+                rows.append([f"{slug.upper()} ({_source(slug)})", dtype, kernel, f"{per_element:.1f}",
+                             f"{issue_ms:.2f} ms" + (f" ({issue_ms / copy:.0%} of the copy's {copy:.2f} ms)" if copy else "")])
+    if not rows:
+        return Markdown("no instruction counts yet: they are measured on a GPU with Nsight Compute")
+    header = ["GPU", "dtype", "kernel", "instructions per element", "issue time at the reference size"]
+    return Markdown("*warp instructions × 32 / elements, counted by Nsight Compute at 2^24 elements; issue time at "
+                    "132 SMs × 4 per clock × 1.98 GHz (datasheet)*\n\n"
+                    + "\n".join(_table(header, ["---"] * 3 + ["---:"] * 2, rows)))
+
+
+# --------------------------------------------------------------------------- 5. misaligned views
+
+
+def misaligned_variants(numel: int) -> dict:
+    """The same ``numel`` elements aligned and misaligned, out of a tensor of ``numel + 8``."""
+    def into_same_offset(x):
+        out = torch.empty_like(x)
+        return ops.selu_vectorized_out(x[1:numel + 1], out[1:numel + 1])
+
+    return {"aligned x[:n]": lambda x: ops.selu_vectorized(x[:numel]),
+            "x[1:n+1] (fresh out)": lambda x: ops.selu_vectorized(x[1:numel + 1]),
+            "x[1:n+1] into y[1:n+1]": into_same_offset,
+            "torch.selu aligned": lambda x: torch.selu(x[:numel]),
+            "torch.selu x[1:n+1]": lambda x: torch.selu(x[1:numel + 1])}
+
+
+def measure_misaligned(device=None) -> dict:
+    device = torch.device(device) if device is not None else env.default_device()
+    table = {"device": torch.cuda.get_device_name(device), "rows": []}
+    for dtype in DTYPES:
+        numel, _ = env.problem_numel(getattr(torch, dtype), tensors=4)
+        x = bench.random_input(numel + 8, dtype, device, seed=0)
+        variants = misaligned_variants(numel)
+        # One call of each first: the first call of a new output size allocates it (and the
+        # GPU maps its pages), which would otherwise weigh on whichever variant runs first.
+        for fn in variants.values():
+            fn(x)
+        torch.cuda.synchronize(device)
+        for name, fn in variants.items():
+            timing = bench.time_fn(lambda fn=fn: fn(x), device=device)
+            table["rows"].append({"dtype": dtype, "numel": numel, "variant": name, "median_ms": timing.median_ms})
+        del x
+        torch.cuda.empty_cache()
+    return table
+
+
+def misaligned_tables() -> dict[str, dict]:
+    tables = {}
+    here = _here()
+    if here is not None:
+        tables[here] = measure_misaligned()
+        results.save_table(tables[here], MISALIGNED_TABLE)
+    for slug in GPUS:
+        if slug not in tables and (table := results.load_table(MISALIGNED_TABLE, slug)) is not None:
+            tables[slug] = table
+    return tables
+
+
+def misaligned_table(tables: dict[str, dict]) -> Markdown:
+    rows = []
+    for slug, table in tables.items():
+        for dtype in DTYPES:
+            ms = {r["variant"]: r["median_ms"] for r in table["rows"] if r["dtype"] == dtype}
+            if not ms:
+                continue
+            aligned = ms["aligned x[:n]"]
+            rows.append([f"{slug.upper()} ({_source(slug)})", dtype, f"{aligned:.3f}",
+                         *(f"{ms[k]:.3f} ({ms[k] / aligned:.3f}×)" for k in ("x[1:n+1] (fresh out)",
+                                                                            "x[1:n+1] into y[1:n+1]")),
+                         f"{ms['torch.selu x[1:n+1]'] / ms['torch.selu aligned']:.3f}×"])
+    if not rows:
+        return Markdown("no misaligned-view records yet: they are measured on a GPU")
+    header = ["GPU", "dtype", "aligned ms", "x[1:] → fresh out", "x[1:] → y[1:]", "torch.selu: x[1:] / aligned"]
+    return Markdown("*the same number of elements (the problem size), aligned and one element off; goal ≤ 1.10 × "
+                    "aligned*\n\n" + "\n".join(_table(header, ["---"] * 2 + ["---:"] * 4, rows)))
+
+
+def misaligned_goals(tables: dict[str, dict], limit: float = 1.10) -> list[tuple[str, str, bool]]:
+    goals = []
+    for slug, table in tables.items():
+        for dtype in DTYPES:
+            ms = {r["variant"]: r["median_ms"] for r in table["rows"] if r["dtype"] == dtype}
+            if ms:
+                worst = max(ms["x[1:n+1] (fresh out)"], ms["x[1:n+1] into y[1:n+1]"]) / ms["aligned x[:n]"]
+                goals.append((f"{slug.upper()} {dtype}: misaligned ≤ {limit} × aligned", f"{worst:.3f}×",
+                              worst <= limit))
+    return goals
+
+
+# --------------------------------------------------------------------------- 6. every input
+
+
+def exhaustive_table(device=None) -> Markdown:
+    """The operator against torch on every fp16 and bf16 input, and on every fp32 input (a GPU)
+    or every 1,021st fp32 bit pattern (a CPU); on a GPU, the CPU's 16-bit results too."""
+    device = torch.device(device) if device is not None else env.default_device()
+    runs = [(device, dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32)]
+    if device.type == "cuda":
+        runs += [(torch.device("cpu"), torch.float16), (torch.device("cpu"), torch.bfloat16)]
+    rows = []
+    for where, dtype in runs:
+        stride = 1 if where.type == "cuda" else 1021
+        found = check.exhaustive(ops.selu_vectorized, dtype, where, fp32_stride=stride)
+        rows.append([bench.device_name(where), dtype_name(dtype), f"{found.inputs:,}",
+                     "yes" if found.identical else f"no: {found.differ_from_torch:,} differ",
+                     str(found.max_ulp_vs_torch), str(found.max_ulp_vs_float64), f"{found.beyond_1_ulp_vs_float64:,}",
+                     f"{found.seconds:.1f} s"])
+    header = ["device", "dtype", "inputs", "bit-identical to torch.selu there", "max ulp vs torch",
+              "max ulp vs float64", "beyond 1 ulp of float64", "time"]
+    return Markdown("\n".join(_table(header, ["---"] * 2 + ["---:", "---"] + ["---:"] * 4, rows)))
+
+
+# --------------------------------------------------------------------------- 7. goals
+
+
+def goal_reports() -> list[Markdown]:
+    """Notebook 03's goal report for each GPU, from its headline records (this run's or the committed)."""
+    reports = []
+    for slug in _slugs():
+        records = _records(slug)
+        head = [r for dtype in DTYPES for r in _headline(records, dtype).values()]
+        if head:
+            reports.append(report.goal_report(head, f"{slug.upper()}, {_source(slug)}"))
+    return reports
+
+
+def curve_verdicts() -> str:
+    lines = []
+    for slug in _slugs():
+        records = [r for r in _records(slug) if r["dtype"] == "float32" and r.get("config") is None
+                   and r["op"] == "forward" and r["variant"] in ("selu_vectorized", "torch_eager")]
+        found = report.slowest_against_eager(records)
+        if found is None:
+            lines.append(f"{slug.upper()} ({_source(slug)}): no curve records")
+            continue
+        ratio, numel = found
+        lines.append(f"{slug.upper()} ({_source(slug)}): vectorized / eager throughput from 2^16 up is at least "
+                     f"{ratio:.3f} (at {numel:,} elements); goal ≥ {report.CURVE_GOAL}: "
+                     f"{'PASS' if ratio >= report.CURVE_GOAL else 'MISS'}")
+    return "\n".join(lines)
+
+
+def goals_markdown(misaligned: dict[str, dict]) -> Markdown:
+    rows = [(text, value, "PASS" if ok else "**MISS**") for text, value, ok in misaligned_goals(misaligned)]
+    return Markdown("\n".join(_table(["goal", "measured", ""], ["---", "---", "---"], rows)) if rows
+                    else "no misaligned-view records yet")
+
+
+def launch_in_use(device=None) -> str:
+    device = torch.device(device) if device is not None else env.default_device()
+    if device.type != "cuda":
+        return "no GPU here: the operator runs its CPU implementation, which has no launch configuration"
+    return "; ".join(f"{dtype_name(d)}: {ops.launch_config(device, d)}" for d in tuning.DTYPES)
+
+
+def bf16_copy(slug: str | None = None) -> tuple[float | None, int]:
+    """The bf16 copy's time at the reference size on ``slug`` (default: this GPU, else the H200)."""
+    slug = slug or _here() or "h200"
+    run = _headline(_records(slug), "bfloat16")
+    return (run[COPY]["median_ms"] if COPY in run else None), env.REFERENCE_NUMEL

@@ -1,0 +1,133 @@
+"""Choose ``selu_vectorized``'s launch configuration on the GPU at hand, per dtype, and remember it.
+
+>>> from helpers import build, tuning
+>>> build.load("selu_vectorized")        # on a GPU this calls tuning.configure()   # doctest: +SKIP
+>>> tuning.configure("cuda")             # cached: instant after the first time    # doctest: +SKIP
+{torch.float32: (128, 2, 0), ...}
+
+Why measure rather than compute. Little's law says how many bytes must be in flight
+(bandwidth × latency), and on the H100 and the H200 every candidate below puts more
+than that in flight: it cannot tell them apart. What does tell them apart on the
+H200, whose memory is 1.43× faster with the same SMs, is how many instructions each
+element costs and how long each block lives, and those are measured, not derived.
+So the candidates are timed on this GPU, at the reference size where it fits, and
+the fastest is set in the operator (``selu_course::set_launch_config``) and cached
+under ``.build/tuning/``, keyed by the GPU model and by the build of the kernel:
+editing the kernel tunes again.
+
+The candidates: 128, 256 or 512 threads per block; 1, 2, 4 or 8 vectors of 16 bytes
+per thread; a one-shot grid (one block per tile) or one wave of resident blocks
+that loop over the tiles (``2048 / threads`` per SM, as many as an SM holds).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from . import bench, env, ops
+
+CACHE_DIR = env.BUILD_DIR / "tuning"
+THREADS = (128, 256, 512)
+VECTORS = (1, 2, 4, 8)
+THREADS_PER_SM = 2048  # Hopper, and every GPU since Volta except a few consumer parts with 1536
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+REFERENCE_NUMEL = env.REFERENCE_NUMEL
+MEMORY_FRACTION = 0.4  # input and output together take at most this much of the free memory
+
+
+def candidates() -> list[tuple[int, int, int]]:
+    """``(threads_per_block, vectors_per_thread, max_blocks_per_sm)`` of every configuration tried."""
+    return [(threads, vectors, blocks_per_sm)
+            for threads in THREADS for vectors in VECTORS for blocks_per_sm in (0, THREADS_PER_SM // threads)]
+
+
+def tuning_numel(dtype: torch.dtype, free_bytes: int) -> int:
+    """The reference size where input and output fit in :data:`MEMORY_FRACTION` of ``free_bytes``;
+    otherwise the largest power of two that does."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    budget = int(free_bytes * MEMORY_FRACTION) // (2 * itemsize)
+    if budget >= REFERENCE_NUMEL:
+        return REFERENCE_NUMEL
+    return 1 << max(budget.bit_length() - 1, 20)
+
+
+def _label(config: tuple[int, int, int]) -> str:
+    threads, vectors, blocks_per_sm = config
+    grid = "one-shot" if blocks_per_sm == 0 else f"{blocks_per_sm}/SM"
+    return f"{threads} threads × {vectors} vectors, {grid}"
+
+
+def tune(dtype: torch.dtype, device=None, numel: int | None = None) -> dict:
+    """Time every candidate on ``dtype`` at ``numel`` elements (default :func:`tuning_numel`);
+    the record of the winner and of every time, in ms (medians)."""
+    device = torch.device(device) if device is not None else env.default_device()
+    if numel is None:
+        free, _ = torch.cuda.mem_get_info(device)
+        numel = tuning_numel(dtype, free)
+    x = bench.random_input(numel, dtype, device, seed=0)
+    out = torch.empty_like(x)
+    copy_ms = bench.time_fn(lambda: out.copy_(x), device=device).median_ms
+    del out
+    times = {}
+    for config in candidates():
+        times[config] = bench.time_fn(lambda c=config: ops.selu_vectorized_with_config(x, *c), device=device).median_ms
+    del x
+    torch.cuda.empty_cache()
+    best = min(times, key=times.get)
+    return {"dtype": bench.dtype_name(dtype), "numel": numel, "copy_ms": copy_ms, "config": list(best),
+            "label": _label(best), "times_ms": {",".join(map(str, c)): ms for c, ms in times.items()}}
+
+
+def cache_path(device, library_name: str) -> Path:
+    """Where the tuned configurations for this GPU model and this build of the kernel live."""
+    return CACHE_DIR / f"{env.device_slug(device)}-{library_name}.json"
+
+
+def _cuda_library_name() -> str:
+    from . import build
+
+    library = build.loaded_library("selu_vectorized.cu")
+    if library is None:
+        raise RuntimeError("tuning: the CUDA kernel of selu_vectorized is not loaded; call "
+                           "helpers.build.load('selu_vectorized') on a machine with a GPU first.")
+    return library.name
+
+
+def configure(device=None, *, retune: bool = False, verbose: bool = True) -> dict[torch.dtype, tuple[int, int, int]]:
+    """Set ``selu_vectorized``'s launch configuration on ``device`` for every dtype: from the cache
+    where this GPU model and this build were tuned before, otherwise by :func:`tune` (about 15 s
+    on an H100 or H200), then cached. Nothing to do (an empty dict) on a machine without a GPU."""
+    device = torch.device(device) if device is not None else env.default_device()
+    if device.type != "cuda":
+        return {}
+    path = cache_path(device, _cuda_library_name())
+    cached = {} if retune or not path.exists() else json.loads(path.read_text())
+    start, tuned_now = time.perf_counter(), []
+    for dtype in DTYPES:
+        name = bench.dtype_name(dtype)
+        if name not in cached:
+            cached[name] = tune(dtype, device)
+            tuned_now.append(name)
+    if tuned_now:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"gpu": torch.cuda.get_device_name(device), **cached}, indent=1))
+    chosen = {}
+    for dtype in DTYPES:
+        config = tuple(cached[bench.dtype_name(dtype)]["config"])
+        ops.set_launch_config(device, dtype, *config)
+        chosen[dtype] = config
+    if verbose:
+        how = f"tuned now ({time.perf_counter() - start:.0f} s)" if tuned_now else "from the cache"
+        print(f"selu_vectorized launch on {torch.cuda.get_device_name(device)}, {how}: "
+              + "; ".join(f"{bench.dtype_name(d)} {_label(c)}" for d, c in chosen.items()))
+    return chosen
+
+
+def cached(device=None) -> dict | None:
+    """The tuning records of ``device`` for the loaded build (every candidate's time), if tuned."""
+    device = torch.device(device) if device is not None else env.default_device()
+    path = cache_path(device, _cuda_library_name())
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,68 @@
+"""helpers.every_gpu (notebook 03b) and its exercises, on records made up for the purpose."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import env, every_gpu, exercises, tuning
+
+
+def tuning_record(copy_ms=1.0, times=None, config=(128, 2, 0)):
+    times = times or {",".join(map(str, c)): 1.1 for c in tuning.candidates()}
+    times[",".join(map(str, config))] = 1.02
+    return {"dtype": "bfloat16", "numel": env.REFERENCE_NUMEL, "copy_ms": copy_ms, "config": list(config),
+            "label": "128 threads × 2 vectors, one-shot", "times_ms": times}
+
+
+def test_tuning_table_reads_the_choice_and_the_launch_before_tuning():
+    table = {"device": "NVIDIA H200", "bfloat16": tuning_record()}
+    text = str(every_gpu.tuning_table({"h200": table}))
+    row = next(line for line in text.splitlines() if line.startswith("| H200"))
+    assert "| bfloat16 | 128 threads × 2 vectors, one-shot | 98.0% |" in row  # 1.0 / 1.02
+    assert row.endswith("| 90.9% |")  # 256 threads × 4 vectors, one-shot, before tuning: 1.0 / 1.1
+
+
+def test_misaligned_goals_take_the_worse_of_the_two_views():
+    rows = [{"dtype": "float32", "numel": 10, "variant": name, "median_ms": ms} for name, ms in (
+        ("aligned x[:n]", 2.0), ("x[1:n+1] (fresh out)", 2.3), ("x[1:n+1] into y[1:n+1]", 2.1),
+        ("torch.selu aligned", 2.0), ("torch.selu x[1:n+1]", 2.4))]
+    (text, value, ok), = every_gpu.misaligned_goals({"h100": {"device": "H100", "rows": rows}})
+    assert text.startswith("H100 float32") and value == "1.150×" and not ok
+
+
+def test_issue_bound_arithmetic():
+    table = {"device": "H200", "numel": 2**24, "per_element": {"bfloat16": {"torch.selu": 45.0}}}
+    text = str(every_gpu.issue_bound_table({"nowhere": table}))
+    expected_ms = env.REFERENCE_NUMEL * 45.0 / 32 / (132 * 4 * 1.98e9) * 1e3
+    assert f"{expected_ms:.2f} ms" in text
+
+
+def test_ptx_counts_show_the_economical_path_is_cheaper():
+    pytest.importorskip("torch")
+    if env.nvcc_path() is None:
+        pytest.skip("needs nvcc")
+    text = str(every_gpu.ptx_per_element())
+    per_element = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in text.splitlines()
+                   if line.startswith("| expm1f") or line.startswith("| economical")}
+    expm1f, economical = per_element["expm1f (what torch runs)"], per_element["economical (selu_math.cuh)"]
+    assert economical < 0.7 * expm1f, per_element
+
+
+def test_committed_gpus_show_without_a_gpu():
+    text = str(every_gpu.two_gpus_table())
+    assert "H100 (committed H100 run)" in text or "this run" in text
+
+
+def test_head_exercise():
+    assert exercises.check_head_answer(None).status == "open"
+    assert exercises.check_head_answer(5, torch.bfloat16, 3).right  # 6 bytes in: 5 more elements reach 16
+    assert exercises.check_head_answer(1, torch.float32, 3).right
+    assert not exercises.check_head_answer(3, torch.bfloat16, 3).right
+
+
+def test_instruction_budget_exercise():
+    numel = env.REFERENCE_NUMEL
+    exact = 1.5 * 1e-3 * 132 * 4 * 1.98e9 * 32 / numel
+    assert exercises.check_instruction_budget_answer(exact * 1.01, 1.5, numel).right
+    assert not exercises.check_instruction_budget_answer(exact / 32, 1.5, numel).right
+    assert exercises.check_instruction_budget_answer(None, 1.5, numel).status == "open"

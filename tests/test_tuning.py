@@ -1,0 +1,67 @@
+"""helpers.tuning: the launch configuration of selu_vectorized, measured per GPU model and dtype."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import build, env, ops, tuning
+
+
+def test_candidates_are_valid_launches():
+    configs = tuning.candidates()
+    assert len(configs) == len(set(configs)) == len(tuning.THREADS) * len(tuning.VECTORS) * 2
+    for threads, vectors, blocks_per_sm in configs:
+        assert threads in (64, 128, 256, 512, 1024) and vectors in (1, 2, 4, 8)
+        assert blocks_per_sm == 0 or blocks_per_sm * threads == tuning.THREADS_PER_SM
+
+
+def test_tuning_size_is_the_reference_where_it_fits():
+    fp32_reference = 2 * 4 * env.REFERENCE_NUMEL
+    assert tuning.tuning_numel(torch.float32, int(fp32_reference / tuning.MEMORY_FRACTION) + 1) == env.REFERENCE_NUMEL
+    smaller = tuning.tuning_numel(torch.float64, 24 * 2**30)  # a 24 GB card: fp64 does not fit
+    assert smaller < env.REFERENCE_NUMEL and smaller & (smaller - 1) == 0
+    assert 2 * 8 * smaller <= tuning.MEMORY_FRACTION * 24 * 2**30
+
+
+def test_nothing_to_tune_without_a_gpu():
+    assert tuning.configure("cpu") == {}
+
+
+def test_cache_is_per_gpu_model_and_build():
+    path = tuning.cache_path("cpu", "selu_vectorized_cuda_0123abcd")
+    assert path.parent == tuning.CACHE_DIR and path.name == "cpu-selu_vectorized_cuda_0123abcd.json"
+
+
+def test_config_operators_are_not_tensor_operators():
+    # no fake kernel, autograd or opcheck: they take no tensor
+    assert not set(ops.CONFIG_SCHEMAS) & set(ops.SCHEMAS)
+
+
+@pytest.mark.gpu
+def test_configure_sets_what_the_operator_uses():
+    build.load("selu_vectorized")
+    chosen = tuning.configure("cuda", verbose=False)
+    assert set(chosen) == set(tuning.DTYPES)
+    for dtype, config in chosen.items():
+        assert ops.launch_config("cuda", dtype) == config and config in tuning.candidates()
+    records = tuning.cached("cuda")
+    assert records is not None and records["float32"]["times_ms"] and records["float32"]["copy_ms"] > 0
+
+
+@pytest.mark.gpu
+def test_set_launch_config_refuses_bad_values():
+    build.load("selu_vectorized")
+    with pytest.raises(RuntimeError, match="vectors_per_thread must be 1, 2, 4 or 8"):
+        ops.set_launch_config("cuda", torch.float32, 128, 3, 0)
+    with pytest.raises(RuntimeError, match="per CUDA device"):
+        ops.set_launch_config("cpu", torch.float32, 128, 2, 0)
+    with pytest.raises(RuntimeError, match="float32, float64, float16 or bfloat16"):
+        ops.launch_config("cuda", torch.int32)
+    before = ops.launch_config("cuda", torch.float32)
+    try:
+        ops.set_launch_config("cuda", torch.float32, 512, 8, 4)
+        assert ops.launch_config("cuda", torch.float32) == (512, 8, 4)
+        x = torch.randn(10**6 + 3, device="cuda")
+        assert torch.equal(ops.selu_vectorized(x), torch.selu(x))
+    finally:
+        ops.set_launch_config("cuda", torch.float32, *before)
