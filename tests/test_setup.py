@@ -36,7 +36,7 @@ def test_environment_yml_parses_and_installs_the_project_from_pyproject():
     spec = yaml.safe_load((ROOT / "environment.yml").read_text())
     deps = spec["dependencies"]
     pip_sections = [d["pip"] for d in deps if isinstance(d, dict) and "pip" in d]
-    assert pip_sections == [["-e ."]], "versions must have one source of truth: pyproject.toml"
+    assert pip_sections == [["-e .[torch]"]], "versions must have one source of truth: pyproject.toml"
     assert "pip" in deps
     python = next(d for d in deps if isinstance(d, str) and d.startswith("python"))
     version = tuple(int(p) for p in python.split("=")[1].split(".")[:2])
@@ -51,8 +51,10 @@ def test_ci_runs_the_readme_test_command():
     makefile = (ROOT / "Makefile").read_text()
     for target in ("lab:", "test:", "reproduce:"):
         assert target in makefile
-    # torch: use the importable one, else the pinned CPU build.
-    assert "--system-site-packages" in makefile and "torch==2.13.0" in makefile
+    # torch: use the importable one, else the tested version, named in pyproject.toml alone.
+    assert "--system-site-packages" in makefile and '".[torch]"' in makefile
+    assert "torch==" not in makefile and "torch==" not in readme
+    assert pyproject()["project"]["optional-dependencies"]["torch"] == ["torch==2.13.0"]
 
 
 def test_build_outputs_and_environments_are_ignored():
