@@ -974,12 +974,8 @@ class Exhaustive:
     def __str__(self) -> str:
         same = "bit-identical to torch" if self.identical else (
             f"{self.differ_from_torch:,} differ from torch (max {self.max_ulp_vs_torch} ulp)")
-        return (f"{dtype_label(self.dtype)}: {self.inputs:,} inputs, {same}; max {self.max_ulp_vs_float64} ulp from "
+        return (f"{str(self.dtype).removeprefix('torch.')}: {self.inputs:,} inputs, {same}; max {self.max_ulp_vs_float64} ulp from "
                 f"the correctly rounded result, {self.beyond_1_ulp_vs_float64:,} beyond 1 ulp ({self.seconds:.1f} s)")
-
-
-def dtype_label(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def exhaustive(

@@ -15,7 +15,7 @@ import torch
 
 from . import bench, check, env, nvcc, ops, report, results, tuning
 from .bench import COPY, dtype_name
-from .report import Markdown
+from .report import Markdown, _table
 
 GPUS = ("h100", "h200")  # the GPUs whose records the course commits
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -26,10 +26,6 @@ WARP = 32
 LATENCY_US = (0.5, 1.0)  # a bracket for DRAM latency under load: an assumption, not a measurement
 DTYPE_COLORS = {"float32": "tab:blue", "float64": "tab:purple", "bfloat16": "tab:orange", "float16": "tab:green"}
 TUNING_TABLE, INSTRUCTIONS_TABLE, MISALIGNED_TABLE = "03b_tuning.json", "03b_instructions.json", "03b_misaligned.json"
-
-
-def _table(header, align, rows) -> list[str]:
-    return report._table(header, align, rows)
 
 
 def _here() -> str | None:
@@ -113,23 +109,28 @@ def littles_law() -> str:
 # --------------------------------------------------------------------------- 3. tuning
 
 
-def tuning_tables() -> dict[str, dict]:
-    """The tuner's records (every candidate's time) per GPU: this GPU's, saved with this run's
-    results as ``03b_tuning.json``, and the committed ones of the others."""
+def _per_gpu_tables(filename: str, measure) -> dict[str, dict]:
+    """A JSON table per GPU: ``measure()`` on this GPU, saved as ``filename`` with this run's
+    results (skipped where it returns None), and the committed table of every other GPU."""
     tables = {}
     here = _here()
-    if here is not None:
-        table = tuning.cached(env.default_device())
-        if table is not None:
-            table = {"device": table["gpu"], **table}
-            results.save_table(table, TUNING_TABLE)
-            tables[here] = table
+    if here is not None and (table := measure()) is not None:
+        results.save_table(table, filename)
+        tables[here] = table
     for slug in GPUS:
-        if slug not in tables:
-            table = results.load_table(TUNING_TABLE, slug)
-            if table is not None:
-                tables[slug] = table
+        if slug not in tables and (table := results.load_table(filename, slug)) is not None:
+            tables[slug] = table
     return tables
+
+
+def _tuning_records() -> dict | None:
+    table = tuning.cached(env.default_device())
+    return None if table is None else {"device": table["gpu"], **table}
+
+
+def tuning_tables() -> dict[str, dict]:
+    """The tuner's records (every candidate's time) per GPU, saved as ``03b_tuning.json``."""
+    return _per_gpu_tables(TUNING_TABLE, _tuning_records)
 
 
 def _pct(ms: float, copy_ms: float) -> str:
@@ -251,10 +252,13 @@ torch.cuda.synchronize()
 
 
 def _ncu_path() -> str | None:
+    """Nsight Compute's ``ncu``: on PATH, or in the CUDA toolkit torch's extension builder uses."""
     from shutil import which
 
-    found = which("ncu")
-    return found or ("/usr/local/cuda/bin/ncu" if os.path.exists("/usr/local/cuda/bin/ncu") else None)
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    candidate = os.path.join(CUDA_HOME, "bin", "ncu") if CUDA_HOME else None
+    return which("ncu") or (candidate if candidate and os.path.exists(candidate) else None)
 
 
 def measure_instructions(dtypes=("bfloat16", "float16", "float32")) -> dict:
@@ -298,17 +302,8 @@ def _kernel_dtype(name: str) -> str | None:
 
 
 def instruction_tables() -> dict[str, dict]:
-    """Instructions per element on each GPU: measured here (saved as ``03b_instructions.json``),
-    committed for the others."""
-    tables = {}
-    here = _here()
-    if here is not None:
-        tables[here] = measure_instructions()
-        results.save_table(tables[here], INSTRUCTIONS_TABLE)
-    for slug in GPUS:
-        if slug not in tables and (table := results.load_table(INSTRUCTIONS_TABLE, slug)) is not None:
-            tables[slug] = table
-    return tables
+    """Instructions per element on each GPU, saved as ``03b_instructions.json``."""
+    return _per_gpu_tables(INSTRUCTIONS_TABLE, measure_instructions)
 
 
 def issue_bound_table(tables: dict[str, dict]) -> Markdown:
@@ -375,15 +370,8 @@ def measure_misaligned(device=None) -> dict:
 
 
 def misaligned_tables() -> dict[str, dict]:
-    tables = {}
-    here = _here()
-    if here is not None:
-        tables[here] = measure_misaligned()
-        results.save_table(tables[here], MISALIGNED_TABLE)
-    for slug in GPUS:
-        if slug not in tables and (table := results.load_table(MISALIGNED_TABLE, slug)) is not None:
-            tables[slug] = table
-    return tables
+    """Aligned against misaligned views on each GPU, saved as ``03b_misaligned.json``."""
+    return _per_gpu_tables(MISALIGNED_TABLE, measure_misaligned)
 
 
 def misaligned_table(tables: dict[str, dict]) -> Markdown:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import build, check, ops
+from helpers import bench, build, check, ops
 
 HALF_TYPES = (torch.float16, torch.bfloat16)
 CPU_FP32_STRIDE = 1021  # a prime: 4.2 million patterns spread over every exponent and both signs
@@ -23,7 +23,7 @@ def registered():
     return build.load("selu_vectorized")
 
 
-@pytest.mark.parametrize("dtype", HALF_TYPES, ids=check.dtype_label)
+@pytest.mark.parametrize("dtype", HALF_TYPES, ids=bench.dtype_name)
 def test_every_16_bit_input_on_cpu(dtype):
     result = check.exhaustive(ops.selu_vectorized, dtype, "cpu")
     assert result.inputs == 65536
@@ -55,7 +55,7 @@ def test_16_bit_values_are_every_pattern():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", (*HALF_TYPES, torch.float32), ids=check.dtype_label)
+@pytest.mark.parametrize("dtype", (*HALF_TYPES, torch.float32), ids=bench.dtype_name)
 def test_every_input_on_the_gpu(dtype):
     result = check.exhaustive(ops.selu_vectorized, dtype, "cuda")
     assert result.inputs == (2**32 if dtype == torch.float32 else 2**16)
@@ -73,7 +73,7 @@ def _identical(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", check.DTYPES, ids=check.dtype_label)
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=bench.dtype_name)
 @pytest.mark.parametrize("offset", OFFSETS)
 def test_misaligned_views_on_the_gpu(dtype, offset, poisoned):
     x = check.harness_input(NUMEL + 8, dtype=dtype, device="cuda")
