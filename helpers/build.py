@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import hashlib
 import json
 import os
@@ -74,6 +75,17 @@ KERNELS = {
         ("mistake_missing_minus_one", "mistake_expf_minus_one", "mistake_legacy_default_stream",
          "mistake_int32_count"),
     ),
+}
+
+# Autograd-key kernels: one library, built from C++ alone, that serves every device (the
+# Autograd key comes before CPU and CUDA), so it has no CUDA source. Not in KERNELS, which
+# holds the device kernels (each with a CUDA source) that tests and notebooks load all
+# of: loading this one changes the autograd rule of its operators, which is
+# helpers.ops.enable_cpp_backward()'s business. That removes the Python rule
+# first, since an operator has one Autograd kernel at a time; build.load of it alone
+# would register a second one over the first (the dispatcher warns).
+AUTOGRAD_KERNELS = {
+    "selu_autograd": KernelSpec("selu_autograd.cpp", None, ("selu_vectorized", "selu_vectorized_with_config")),
 }
 
 # torch adds the C++ standard its headers need (C++20 in recent releases): we add none.
@@ -211,7 +223,7 @@ class Library:
     """One shared library of kernels, built and loaded into this process."""
 
     source: str  # the kernel file it was built from, e.g. "selu_naive.cu"
-    device: str  # "cpu" or "cuda": the dispatch key its kernels are registered for
+    device: str  # "cpu", "cuda" or "autograd": the dispatch key its kernels are registered for
     name: str  # the extension's name: the source's stem, the device and a content hash
     path: Path  # the .so file
     build_seconds: float  # time spent in this call (about 0 when it was built before)
@@ -259,13 +271,49 @@ def _is_loaded(path: Path) -> bool:
     return True
 
 
+# A library may export ``int64_t selu_course_objects_alive()``: how many objects whose
+# code it holds are alive (autograd graph nodes: kernels/selu_autograd.cpp).
+OBJECTS_ALIVE_SYMBOL = "selu_course_objects_alive"
+
+
+def objects_alive(library: Library) -> int:
+    """How many objects made by ``library``'s code are alive now (0 where it counts none)."""
+    try:
+        handle = ctypes.CDLL(str(library.path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return 0  # not loaded
+    import _ctypes
+
+    try:
+        count = getattr(handle, OBJECTS_ALIVE_SYMBOL, None)
+        if count is None:
+            return 0
+        count.restype = ctypes.c_int64
+        if count() > 0:
+            gc.collect()  # a reference cycle may be all that keeps one alive
+        return count()
+    finally:
+        _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
+
+
 def unload(library: Library) -> None:
     """Unload ``library`` from this process, and with it the kernels it registered.
 
     Its static registration objects are destroyed as the library is unloaded,
     which removes its kernels from the dispatcher. CUDA work still queued may run
-    code of the library, so the GPU is synchronised first.
+    code of the library, so the GPU is synchronised first; an autograd graph node
+    made by its code (:func:`objects_alive`) would run unloaded code when it is next
+    used or freed, so the library is not unloaded while one is alive.
     """
+    alive = objects_alive(library)
+    if alive:
+        raise BuildError(
+            f"{library.name} cannot be unloaded yet: {alive} autograd graph node(s) made by its code "
+            f"(kernels/{library.source}) are still alive, and freeing one after the unload would crash this "
+            "process. They belong to results that require grad (their .grad_fn), or to the graphs that "
+            "torch.compile traced meanwhile: delete those results (del y) or keep only y.detach(), call "
+            "torch._dynamo.reset() if something was compiled, then try again."
+        )
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     # Each dlopen of a path counts one reference (torch's loader opened it once);
@@ -396,24 +444,26 @@ def load(
     extra_cflags: tuple[str, ...] = (),
     verbose: bool = False,
 ) -> Loaded:
-    """Build ``kernel`` (a key of :data:`KERNELS`) and register its operators.
+    """Build ``kernel`` (a key of :data:`KERNELS` or :data:`AUTOGRAD_KERNELS`) and register its operators.
 
-    The CPU implementation is always built; the CUDA one too where ``backend``
-    (``"auto"``: where a GPU, a CUDA build of torch and nvcc are all here) says
-    so. Afterwards ``torch.ops.selu_course.<operator>`` runs on either device.
+    The CPU implementation (an autograd kernel's only one) is always built; the
+    CUDA one too where ``backend`` (``"auto"``: where a GPU, a CUDA build of torch
+    and nvcc are all here) says so. Afterwards ``torch.ops.selu_course.<operator>``
+    runs on either device.
     Calling it again is cheap: unchanged libraries are neither rebuilt nor
     reloaded; an edited source (or other flags) is rebuilt and replaces the
     loaded library.
     """
-    if kernel not in KERNELS:
-        raise BuildError(f"Unknown kernel {kernel!r}; known kernels: {', '.join(KERNELS)}.")
+    spec = kernel_spec(kernel)
     backend = resolve_backend(backend)
+    if spec.cuda_source is None:
+        backend = "cpu"  # nothing for nvcc to build: not needed, even on a GPU machine
     check_toolchain(backend)
     from . import ops  # noqa: F401  (defines the schemas, fake kernels and autograd rules)
 
-    spec = KERNELS[kernel]
     loaded = Loaded(kernel, spec.operators)
-    loaded.libraries.append(_build_library(spec.cpu_source, "cpu", (), tuple(extra_cflags), verbose))
+    key = "autograd" if kernel in AUTOGRAD_KERNELS else "cpu"
+    loaded.libraries.append(_build_library(spec.cpu_source, key, (), tuple(extra_cflags), verbose))
     if backend == "cuda" and spec.cuda_source is not None:
         loaded.libraries.append(
             _build_library(spec.cuda_source, "cuda", tuple(extra_cuda_cflags), tuple(extra_cflags), verbose)
@@ -425,6 +475,15 @@ def load(
     return loaded
 
 
+def kernel_spec(kernel: str) -> KernelSpec:
+    """The :class:`KernelSpec` of ``kernel``, a key of :data:`KERNELS` or :data:`AUTOGRAD_KERNELS`."""
+    spec = KERNELS.get(kernel) or AUTOGRAD_KERNELS.get(kernel)
+    if spec is None:
+        raise BuildError(f"Unknown kernel {kernel!r}; known kernels: {', '.join(KERNELS)}; "
+                         f"autograd kernels: {', '.join(AUTOGRAD_KERNELS)}.")
+    return spec
+
+
 @contextlib.contextmanager
 def loaded(kernel: str, **options) -> Iterator[Loaded]:
     """Within this block, ``kernel`` built with ``options`` (say, other flags) is registered;
@@ -433,7 +492,7 @@ def loaded(kernel: str, **options) -> Iterator[Loaded]:
     For comparing two builds of one kernel: an operator has one implementation
     per device at a time.
     """
-    spec = KERNELS[kernel]
+    spec = kernel_spec(kernel)
     before = {source: _LOADED.get(source) for source in (spec.cpu_source, spec.cuda_source) if source is not None}
     try:
         yield load(kernel, **options)

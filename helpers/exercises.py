@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from . import bench, check, results
+from .compiled import is_elementwise
 
 ROOFLINE_TOLERANCE = 0.02  # 2%: rounding the copy's bandwidth in one's head stays inside it
 
@@ -174,3 +175,56 @@ def check_instruction_budget_answer(answer: float | None, copy_ms: float | None,
                                f"(exactly {expected:.1f})")
     return Answer("wrong", f"{answer:.1f} is not it: warp instructions per second × 32 lanes × the copy's time, "
                            "divided by the elements")
+
+
+def check_custom_op_answer(op, device=None, numel: int = 4099) -> Answer:
+    """Notebook 05: ``op(x, shift)`` is a ``torch.library.custom_op`` computing
+    ``selu(x) + shift`` with a fake kernel and an autograd rule: ``opcheck`` passes, it
+    compiles with ``fullgraph=True``, and its gradient is SELU's."""
+    if op is None:
+        return _open("define selu_shift with @torch.library.custom_op, then register_fake and register_autograd")
+    if not isinstance(op, torch._library.custom_ops.CustomOpDef):
+        return Answer("wrong", f"{type(op).__name__} is not a custom operator: decorate the function with "
+                               "@torch.library.custom_op('mylib::selu_shift', mutates_args=())")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    x = check.harness_input(numel, torch.float64, device, seed=11).clamp(-30, 30)
+    # Finite (opcheck compares with NaN != NaN), and away from the jump of the slope at 0.
+    x = torch.where(x.isfinite() & (x.abs() >= 1e-3), x, 0.5)
+    try:
+        failed = [name for name, outcome in torch.library.opcheck(op, (x.clone().requires_grad_(), 0.25)).items()
+                  if outcome != "SUCCESS"]
+    except Exception as error:  # opcheck raises on the first failure, with what failed
+        return Answer("wrong", f"opcheck failed: {str(error).strip().splitlines()[0]}")
+    if failed:
+        return Answer("wrong", f"opcheck failed: {', '.join(failed)}")
+    leaf = x.clone().requires_grad_()
+    try:
+        y = torch.compile(lambda t: op(t, 0.25), fullgraph=True)(leaf)
+        (grad,) = torch.autograd.grad(y.sum(), leaf)
+    except Exception as error:
+        return Answer("wrong", f"torch.compile(fullgraph=True) failed: {str(error).strip().splitlines()[0]}")
+    expected = torch.selu(x) + 0.25
+    slope = torch.where(x > 0, check.SELU_SCALE, check.SELU_SCALE * check.SELU_ALPHA * x.exp())
+    if not torch.allclose(y.detach(), expected, rtol=1e-12, atol=1e-12):
+        return Answer("wrong", "the values are not selu(x) + shift")
+    if not torch.allclose(grad, slope, rtol=1e-10, atol=1e-12):
+        return Answer("wrong", "the gradient is not SELU's slope: check the backward of register_autograd")
+    return Answer("right", "opcheck passes, it compiles into one graph, and its values and gradient are right")
+
+
+def check_fusion_answer(answer: dict | None, fusion_table: dict | None,
+                        case: str = "selu(x) * scale + shift") -> Answer:
+    """Notebook 05: the number of elementwise kernels one compiled call of ``case`` launches
+    with each SELU, against the profiled table (this GPU's, or the committed one)."""
+    if fusion_table is None:
+        return Answer("wrong", "no fusion table to check against: run section 4 first")
+    measured = {r["selu"]: sum(map(is_elementwise, r["kernels"])) for r in fusion_table["rows"]
+                if r["case"] == case and r["compiled"]}
+    if answer is None:
+        return _open(f"set answer to a dict {{SELU: elementwise kernels per call}} for {sorted(measured)}")
+    wrong = {name: answer.get(name) for name, count in measured.items() if answer.get(name) != count}
+    if wrong:
+        return Answer("wrong", f"not what the profiler counted for {', '.join(sorted(wrong))}: "
+                               "which of these can Inductor fuse with the multiply and add, and which are opaque?")
+    return Answer("right", f"as the profiler counted on {fusion_table['device']}: "
+                           + ", ".join(f"{name} {count}" for name, count in measured.items()))

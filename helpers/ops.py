@@ -74,6 +74,8 @@ _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 # The forward operators' autograd rules live in a library of their own, so that
 # enable_backward() can swap the rule that refuses a gradient for the real one.
 _autograd_rules: torch.library.Library | None = None
+# The C++ rule's library (kernels/selu_autograd.cpp) while it is loaded: enable_cpp_backward().
+_cpp_rules = None  # helpers.build.Library | None
 # Whether the in-place operator differentiates (enable_backward) or refuses a gradient.
 _backward_enabled = False
 for _name, _schema in SCHEMAS.items():
@@ -244,11 +246,89 @@ def disable_backward() -> None:
         _forbid_gradients(name, _autograd_rules)
 
 
-def _reset_autograd_rules() -> None:
-    global _autograd_rules
+def _reset_autograd_rules(keep_cpp_rules: bool = False) -> None:
+    global _autograd_rules, _cpp_rules
+    if _cpp_rules is not None and not keep_cpp_rules:
+        from . import build
+
+        build.unload(_cpp_rules)  # first: it refuses while a node of the C++ rule is alive, changing nothing
+        _cpp_rules = None
     if _autograd_rules is not None:
         _autograd_rules._destroy()  # removes its registrations: a new rule may take their place
     _autograd_rules = torch.library.Library(NAMESPACE, "FRAGMENT")
+
+
+# ----------------------------------------------------------------------------- the C++ rule (notebook 05)
+
+AUTOGRAD_RULES = ("python", "cpp")
+CPP_RULES_KERNEL = "selu_autograd"  # in helpers.build.AUTOGRAD_KERNELS
+
+
+def cpp_rule_operators() -> tuple[str, ...]:
+    """The forward operators that kernels/selu_autograd.cpp has a C++ autograd rule for."""
+    from . import build  # where it is needed: helpers.build imports this module in turn
+
+    return build.AUTOGRAD_KERNELS[CPP_RULES_KERNEL].operators
+
+
+def enable_cpp_backward() -> None:
+    """:func:`enable_backward`, with the rule of the operators that kernels/selu_autograd.cpp
+    covers written in C++ instead of Python (notebook 05): their Python rule is left out,
+    and the C++ library is loaded in its place; the other operators get the Python rule."""
+    global _backward_enabled
+    _reset_autograd_rules(keep_cpp_rules=True)
+    _backward_enabled = True
+    in_cpp = cpp_rule_operators()
+    for name in FORWARD_OPS:
+        if name.startswith("mistake_"):
+            _forbid_gradients(name, _autograd_rules)
+        elif name not in in_cpp:
+            torch.library.register_autograd(qualified(name), _selu_backward_rule, setup_context=_save_input,
+                                            lib=_autograd_rules)
+    _load_cpp_rules()
+
+
+def set_autograd_rule(rule: str) -> None:
+    """``"python"``: :func:`enable_backward` (notebook 04); ``"cpp"``: :func:`enable_cpp_backward`."""
+    if rule not in AUTOGRAD_RULES:
+        raise ValueError(f"rule must be one of {', '.join(map(repr, AUTOGRAD_RULES))}, not {rule!r}.")
+    (enable_cpp_backward if rule == "cpp" else enable_backward)()
+
+
+def _load_cpp_rules() -> None:
+    """Load kernels/selu_autograd.cpp, whose C++ Autograd-key kernels then are the rule of its
+    operators; :func:`enable_cpp_backward` calls it once their Python rule is gone.
+
+    Why: ``register_autograd`` installs a Python function as the operator's Autograd-key
+    kernel, and the dispatcher calls it on every call, not only on those that record a
+    gradient: under ``torch.no_grad()``, or on a tensor that does not require grad, the
+    Python function runs all the same, finds nothing to record and calls the kernel. On a
+    small tensor those microseconds of Python cost more than the kernel itself (only
+    ``torch.inference_mode()``, which takes the Autograd key out of the call, skips them).
+    The same rule in C++ costs what the rules of torch's own operators cost, and computes
+    the same gradient, bit for bit.
+    """
+    global _cpp_rules
+    from . import build
+
+    try:
+        build.load(CPP_RULES_KERNEL, backend="cpu")
+    finally:
+        _cpp_rules = build.loaded_library(build.AUTOGRAD_KERNELS[CPP_RULES_KERNEL].cpu_source)
+        if _cpp_rules is None:  # it failed: no operator may be left without a rule
+            for name in cpp_rule_operators():
+                torch.library.register_autograd(qualified(name), _selu_backward_rule, setup_context=_save_input,
+                                                lib=_autograd_rules)
+
+
+def autograd_rule(name: str) -> str:
+    """The autograd rule forward operator ``name`` has now: ``"python"`` (the Python functions of
+    :func:`enable_backward`), ``"cpp"`` (kernels/selu_autograd.cpp) or ``"refuses"``."""
+    if name not in FORWARD_OPS:
+        raise ValueError(f"{qualified(name)} is not a functional forward operator: {', '.join(FORWARD_OPS)}.")
+    if _cpp_rules is not None and name in cpp_rule_operators():
+        return "cpp"
+    return "python" if _backward_enabled and not name.startswith("mistake_") else "refuses"
 
 
 def _register_double_backward() -> None:
