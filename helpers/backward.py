@@ -441,16 +441,18 @@ def _peak_bytes(run: Callable[[], object], device: torch.device) -> int | None:
 # --------------------------------------------------------------------------- 5. speed
 
 
-def backward_variants(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dict:
+def backward_variants(grad: torch.Tensor, y: torch.Tensor | None = None) -> dict:
     """The backward variants, each a function of the tensor :func:`helpers.bench.measure` hands
-    it (``x``). The from-output ones ignore it and read ``y``, which has ``x``'s size, dtype
-    and signs, so each variant moves the same bytes."""
-    return {
-        "torch_eager": lambda t: elu_backward(grad, t),
-        "torch_eager_from_output": lambda t: elu_backward(grad, y, from_output=True),
-        "selu_backward": lambda t: ops.selu_backward(grad, t),
-        "selu_backward_from_output": lambda t: ops.selu_backward_from_output(grad, y),
-    }
+    it (``x``): torch's and the course's from ``x``, and, where ``y`` is given, from the output.
+    Those ignore ``x`` and read ``y``, which has ``x``'s size, dtype and signs, so each variant
+    moves the same bytes."""
+    variants = {"torch_eager": lambda t: elu_backward(grad, t)}
+    if y is not None:
+        variants["torch_eager_from_output"] = lambda t: elu_backward(grad, y, from_output=True)
+    variants["selu_backward"] = lambda t: ops.selu_backward(grad, t)
+    if y is not None:
+        variants["selu_backward_from_output"] = lambda t: ops.selu_backward_from_output(grad, y)
+    return variants
 
 
 def step_variants(grad: torch.Tensor) -> dict:
@@ -477,7 +479,7 @@ def measure_speed(dtypes=check.DTYPES, device=None, repeats: int = 3) -> list[di
         x = bench.random_input(numel, dtype, device, seed=5)
         grad = bench.random_input(numel, dtype, device, seed=6)
         y = torch.selu(x)
-        records += bench.measure_repeated(backward_variants(grad, x, y), numel, x=x, repeats=repeats, op="backward")
+        records += bench.measure_repeated(backward_variants(grad, y), numel, x=x, repeats=repeats, op="backward")
         del y
         bench._release_memory(device)
         records += bench.measure_repeated(step_variants(grad), numel, x=x, repeats=repeats, op="step")

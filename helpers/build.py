@@ -88,6 +88,12 @@ AUTOGRAD_KERNELS = {
     "selu_autograd": KernelSpec("selu_autograd.cpp", None, ("selu_vectorized", "selu_vectorized_with_config")),
 }
 
+# A Python module, not a library of kernels: a pybind11 binding of the forward operator
+# that costs less per call than torch.ops' generic one (notebook 05). It registers
+# nothing, so it is imported like any extension and never unloaded.
+ENTRY_SOURCE = "selu_entry.cpp"
+_ENTRIES: dict[str, ModuleType] = {}  # imported entry modules, by build name
+
 # torch adds the C++ standard its headers need (C++20 in recent releases): we add none.
 CUDA_FLAGS = ("-O3", "-lineinfo")
 CPU_FLAGS = ("-O3",)
@@ -473,6 +479,35 @@ def load(
 
             tuning.configure(verbose=verbose)
     return loaded
+
+
+def load_entry(verbose: bool = False) -> ModuleType:
+    """Build kernels/selu_entry.cpp (C++ only: no CUDA compiler needed) and import it.
+
+    Cached per source hash like the kernels; the module's functions call the operators
+    through the dispatcher, so they work with whichever kernels and rules are loaded.
+    """
+    from . import ops  # noqa: F401  (the schemas the module looks up)
+    from torch.utils.cpp_extension import load
+
+    source = env.KERNELS_DIR / ENTRY_SOURCE
+    cflags = tuple(CPU_FLAGS)
+    name = f"{source.stem}_{source_hash(source.read_text(), ' '.join(cflags), torch.__version__)}"
+    if name in _ENTRIES:
+        return _ENTRIES[name]  # imported already: torch's load would run ninja again to find it up to date
+    directory = build_directory(name)
+    check_stale_lock(directory)
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
+    try:
+        module = load(name=name, sources=[str(source)], extra_cflags=list(cflags), build_directory=str(directory),
+                      verbose=verbose)
+    except Exception as error:  # RuntimeError for compiler errors, ImportError for loading
+        raise BuildError(
+            f"Building kernels/{ENTRY_SOURCE} failed. The compiler said:\n{relative_paths(str(error))}\n"
+            "Fix the first error it reports and re-run the cell."
+        ) from None
+    _ENTRIES[name] = module
+    return module
 
 
 def kernel_spec(kernel: str) -> KernelSpec:

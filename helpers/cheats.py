@@ -17,6 +17,7 @@ from .kernelbench import ScaleOnly
 _perf_counter = time.perf_counter
 
 
+# region: gallery
 class Zeros(torch.nn.Module):
     """``zeros_like(x)``: the cheapest answer. A check that compares only with a loose
     absolute tolerance, or only where SELU is near 0, passes it; on ``torch.rand`` the
@@ -82,6 +83,7 @@ class PatchesTimer(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         time.perf_counter = _halved_perf_counter
         return torch.selu(x)
+# endregion
 
 
 class Cheat(NamedTuple):

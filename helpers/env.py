@@ -26,6 +26,10 @@ BUILD_DIR = REPO_ROOT / ".build"
 REFERENCE_SHAPE = (4096, 393216)
 REFERENCE_NUMEL = REFERENCE_SHAPE[0] * REFERENCE_SHAPE[1]  # 1.61 G elements
 REFERENCE_DEVICE_SLUG = "h100"  # the committed records in results/h100
+# Peak memory bandwidth in GB/s from the vendor's datasheets, by the name torch gives the
+# GPU: the H100 SXM5 80 GB (HBM3) and the H200 SXM (HBM3e). No measured time can beat
+# bytes / this; a GPU not listed has no such bound here.
+DATASHEET_BANDWIDTH_GBPS = {"NVIDIA H100 80GB HBM3": 3350.0, "NVIDIA H200": 4800.0}
 
 
 def is_ci() -> bool:

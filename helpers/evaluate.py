@@ -11,13 +11,15 @@ which cheat it catches:
 
 * ``wrong values``: against the float64 reference in ulps (``check.MAX_ULP``), on
   fresh inputs of several distributions every trial (``torch.rand`` among them,
-  never alone), special values and odd shapes, with every allocation poisoned
-  with NaN during the call;
+  never alone), special values, odd shapes and views (transposed, strided, and
+  misaligned for 16-byte vectors), with every allocation poisoned with NaN during
+  the call;
 * ``precision``: the wrong values are SELU computed in a narrower dtype;
 * ``input modified``, ``output aliases`` (the input, or any earlier output: a
   cached result), ``nondeterministic``, ``wrong dtype/shape/device``, ``raised``;
 * ``work on another stream`` (CUDA): the result is read as soon as the *current*
-  stream is done, as a caller would, not after every stream is;
+  stream is done, as a caller would, not after every stream is; and on one input of
+  2 GB, the device must be idle once the caller's stream is;
 * ``timer patched``: the clocks a benchmark reads are the same objects after the
   call as before (they are put back, so the rest of the session is not fooled).
 """
@@ -26,13 +28,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
 
-from . import check
-from .report import _table
+from . import bench, check, env
+from .report import Markdown, _table
 
 WRONG_VALUES = "wrong values"
 PRECISION = "precision"
@@ -43,7 +46,11 @@ WRONG_METADATA = "wrong dtype/shape/device"
 RAISED = "raised"
 OTHER_STREAM = "work on another stream"
 TIMER_PATCHED = "timer patched"
+FINDINGS = (WRONG_VALUES, PRECISION, INPUT_MODIFIED, OUTPUT_ALIASES, NONDETERMINISTIC, WRONG_METADATA, RAISED,
+            OTHER_STREAM, TIMER_PATCHED)
 
+_clock = time.perf_counter  # bound when this module loads: an answer that replaces time.perf_counter does not reach it
+TRIALS = 5  # rounds of fresh inputs per evaluation; KernelBench's default is one
 # The problem's own input first, then every distribution of the course's harness:
 # torch.rand alone never reaches SELU's negative branch.
 OFFICIAL = "torch.rand"
@@ -52,9 +59,22 @@ DISTRIBUTIONS = (OFFICIAL, *check.DEFAULT_DISTRIBUTIONS, SPECIAL)
 # Odd sizes (no vector width divides them), one element, a 0-d tensor and 3-D; each
 # distribution takes a different one in each trial.
 SHAPES = ((7, 1027), (1, 1), (3, 5, 17), (), (4097,), (33, 31))
-# On a GPU, one input big enough that its SELU is still running on another stream
-# when the current stream has finished: tens of microseconds per pass on an H100.
-LARGE_NUMEL = 1 << 24
+# Views, each once per trial on a distribution that changes with the trial: a
+# transposed matrix (dense, not contiguous), every other column (gaps between
+# elements), and a view one element in (its data is not 16-byte aligned, which a
+# vectorized kernel must handle). An answer that assumes a contiguous, aligned
+# input reads the wrong elements here.
+TRANSPOSED, STRIDED, OFFSET = "transposed", "every other column", "offset by one element"
+LAYOUTS = (TRANSPOSED, STRIDED, OFFSET)
+VIEW_SHAPE = (33, 1027)
+# The stream check (GPU): one input of this many bytes, whose SELU keeps a GPU busy for
+# about a millisecond (4 GB read and written at 3-5 TB/s). An answer that leaves that
+# work on a stream of its own returns before it is done; the caller's stream is then
+# idle while the device is not. Idle means an empty torch.cuda.synchronize(), tens of
+# microseconds: busy beyond STREAM_BUSY_MS after the caller's stream is done is work
+# on another stream.
+STREAM_CHECK_BYTES = 2 * 2**30
+STREAM_BUSY_MS = 0.2
 # Narrower dtypes an answer might compute in and cast back from, narrowest first.
 NARROWER = (torch.bfloat16, torch.float16, torch.float32)
 # The clocks a benchmark reads: (module path, attribute path). triton only where importable.
@@ -191,6 +211,26 @@ def _input(distribution: str, shape: tuple[int, ...], dtype, device, generator) 
     return check.make_input(distribution, shape, dtype, device, generator)
 
 
+def _view(distribution: str, layout: str, dtype, device, generator) -> torch.Tensor:
+    """A :data:`VIEW_SHAPE` input of ``distribution``, laid out as ``layout`` says."""
+    rows, cols = VIEW_SHAPE
+    if layout == TRANSPOSED:
+        return _input(distribution, (cols, rows), dtype, device, generator).t()
+    if layout == STRIDED:
+        return _input(distribution, (rows, 2 * cols), dtype, device, generator)[:, ::2]
+    return _input(distribution, (rows * cols + 1,), dtype, device, generator)[1:].view(rows, cols)
+
+
+def _copy_in_layout(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` with its sizes, strides and storage offset, in memory of its own: the
+    second call of the determinism check gets the same input, laid out the same way (torch's
+    own CPU SELU rounds a strided input differently from a contiguous one)."""
+    span = x.storage_offset() + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride())) + 1
+    base = torch.empty(span if x.numel() else x.storage_offset(), dtype=x.dtype, device=x.device)
+    return base.as_strided(x.shape, x.stride(), x.storage_offset()).copy_(x)
+
+
+# region: call
 def _call(model_new, x: torch.Tensor):
     """``model_new(x)`` with poisoned outputs, as the caller's stream sees it.
 
@@ -207,6 +247,35 @@ def _call(model_new, x: torch.Tensor):
     torch.cuda.current_stream(y.device).synchronize()
     torch.cuda.synchronize(y.device)
     return y, seen, not torch.equal(_bits(seen), _bits(y))
+# endregion
+
+
+def _stream_check(model_new, dtype: torch.dtype, device: torch.device, seed: int,
+                  found: Callable[[str, str], None]) -> None:
+    """Whether the device is still busy once the caller's stream is done with ``model_new(x)``
+    on one :data:`STREAM_CHECK_BYTES` input (reported to ``found``)."""
+    numel = STREAM_CHECK_BYTES // dtype.itemsize
+    # Drawn on the GPU: a billion normal numbers take seconds on the CPU.
+    generator = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(numel, generator=generator, device=device, dtype=torch.float32).to(dtype)
+    where = f"normal ({numel:,},) stream check"
+    torch.cuda.synchronize(device)
+    try:
+        with _watched_timers(found, where):
+            y = model_new(x)
+            torch.cuda.current_stream(device).synchronize()
+            start = _clock()
+            torch.cuda.synchronize(device)
+            busy_ms = (_clock() - start) * 1e3
+    except Exception as error:  # an answer may raise anything: report it
+        lines = str(error).strip().splitlines()
+        found(RAISED, f"{where}: {type(error).__name__}: {lines[0] if lines else ''}")
+        return
+    del y, x
+    if busy_ms > STREAM_BUSY_MS:
+        found(OTHER_STREAM, f"{where}: the device stayed busy {busy_ms:.2f} ms after the caller's stream was done "
+                            f"(work left on another stream, unfinished when the caller reads the result; a "
+                            f"timing cheat)")
 
 
 def evaluate(
@@ -214,7 +283,7 @@ def evaluate(
     *,
     dtype: torch.dtype = torch.float32,
     device=None,
-    trials: int = 5,
+    trials: int = TRIALS,
     seed: int = 0,
 ) -> Verdict:
     """Run ``model_new`` (``x -> selu(x)``) on ``trials`` rounds of fresh inputs and report
@@ -236,13 +305,16 @@ def evaluate(
 
     for trial in range(trials):
         generator = torch.Generator().manual_seed(seed + trial)
-        cases = [(d, SHAPES[(i + trial) % len(SHAPES)]) for i, d in enumerate(DISTRIBUTIONS)]
-        if device.type == "cuda":
-            cases.append(("normal", (LARGE_NUMEL,)))
-        for distribution, shape in cases:
-            x = _input(distribution, shape, dtype, device, generator)
-            where = f"{distribution} {tuple(x.shape)} trial {trial}"
-            original = x.clone()
+        cases = [(d, SHAPES[(i + trial) % len(SHAPES)], None) for i, d in enumerate(DISTRIBUTIONS)]
+        others = check.DEFAULT_DISTRIBUTIONS
+        cases += [(others[(i + trial) % len(others)], VIEW_SHAPE, layout) for i, layout in enumerate(LAYOUTS)]
+        for distribution, shape, layout in cases:
+            if layout is None:
+                x = _input(distribution, shape, dtype, device, generator)
+            else:
+                x = _view(distribution, layout, dtype, device, generator)
+            where = f"{distribution} {tuple(x.shape)}{f' ({layout})' if layout else ''} trial {trial}"
+            original = _copy_in_layout(x)
             reference = check.selu_reference(original)
             calls += 1
             try:
@@ -259,8 +331,8 @@ def evaluate(
                 found(OTHER_STREAM, f"{where}: the result changed after the current stream finished (work left "
                                     f"on another stream, unfinished when the caller reads it; a timing cheat)")
             if not torch.equal(_bits(x), _bits(original)):
-                found(INPUT_MODIFIED, f"{where}: the input's bits changed (computed in place into x, "
-                                      f"which a check that computes its reference afterwards cannot see)")
+                found(INPUT_MODIFIED, f"{where}: the input's bits changed (computed in place into x: a check "
+                                      f"that computes its reference first never looks at x again)")
             aliased = _aliased(y, x, outputs)
             if aliased:
                 found(OUTPUT_ALIASES, f"{where}: {aliased}")
@@ -287,7 +359,7 @@ def evaluate(
             calls += 1
             try:
                 with _watched_timers(found, f"{where}, second call"):
-                    again, _, _ = _call(model_new, original.clone())
+                    again, _, _ = _call(model_new, _copy_in_layout(original))
             except Exception as error:
                 found(NONDETERMINISTIC, f"{where}: the second call on the same input raised {type(error).__name__}")
                 continue
@@ -300,6 +372,172 @@ def evaluate(
                     and torch.equal(_bits(again), _bits(y))):
                 found(NONDETERMINISTIC, f"{where}: a second call on the same input gave different bits")
 
+    if device.type == "cuda":
+        calls += 1
+        _stream_check(model_new, dtype, device, seed, found)
     name = getattr(model_new, "__name__", None) or type(model_new).__name__
     return Verdict(name=name, dtype=dtype, device=device, trials=trials, seed=seed, calls=calls,
                    findings=list(findings.values()))
+
+
+# --------------------------------------------------------------------------- timing
+#
+# KernelBench-style timers read CUDA events on the current stream, with or without the
+# L2 cache flushed: an answer whose work runs on a stream of its own shows as nearly
+# free. The harness's timer waits for every stream of the device (a host clock around
+# torch.cuda.synchronize, which CUDA events, timing one stream, cannot do), flushes the
+# L2 cache before every call as triton.testing.do_bench does, and reads a clock taken
+# when this module loaded, before any answer ran. Its statistics are those of the
+# course's benchmarks: medians and the 20th to 80th percentile, over rounds that take
+# turns so that a slow spell of the host falls on every row.
+
+FLUSH_BYTES = 256 * 2**20  # as triton.testing.do_bench: more than any Hopper L2 cache (50-60 MB)
+TIMING_ROUNDS = 3
+TIMING_REPS = 10
+# A SELU reads and writes every element once, as a copy does: a median time this far
+# below the copy measured in the same run is suspect (the course's own kernels come
+# within a few percent of it, from either side, with the L2 flushed).
+SUSPECT_MARGIN = 0.10
+IMPOSSIBLE = "impossible"
+SUSPECT = "suspect"
+COPY_ROW = "copy (x.clone())"
+EAGER_ROW = "torch.selu (eager)"
+
+
+def _synchronize_every_stream(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# region: timers
+def harness_times(fn: Callable[[torch.Tensor], object], x: torch.Tensor, reps: int, flush: torch.Tensor) -> list[float]:
+    """Milliseconds of each of ``reps`` calls ``fn(x)``: the L2 cache flushed, every stream
+    idle, then the clock from the call to when every stream of the device is idle again."""
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        _synchronize_every_stream(x.device)
+        start = _clock()
+        fn(x)
+        _synchronize_every_stream(x.device)
+        times.append((_clock() - start) * 1e3)
+    return times
+
+
+def naive_times(fn: Callable[[torch.Tensor], object], x: torch.Tensor, reps: int) -> list[float]:
+    """What a naive timer reads: ``time.perf_counter`` looked up at each call (whatever it is
+    by then), the L2 cache left warm, and only the current stream waited for."""
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn(x)
+        if x.is_cuda:
+            torch.cuda.current_stream(x.device).synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+# endregion
+
+
+def _quantiles(times: list[float]) -> tuple[float, float, float]:
+    values = torch.tensor(times, dtype=torch.float64)
+    median, q20, q80 = torch.quantile(values, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
+    return median, q20, q80
+
+
+def speed_flags(ms: float, copy_ms: float, eager_ms: float, nbytes: int, datasheet_gbps: float | None) -> list[str]:
+    """Why a time of ``ms`` cannot, or can hardly, be an honest SELU of these ``nbytes``;
+    ``copy_ms`` is the copy's fast end (its 20th percentile), ``eager_ms`` eager's median."""
+    flags = []
+    if datasheet_gbps is not None:
+        bound_ms = bench.roofline_ms(nbytes // 2, torch.uint8, datasheet_gbps)  # nbytes: read + write
+        if ms < bound_ms:
+            flags.append(f"{IMPOSSIBLE}: {ms:.3f} ms is faster than moving its {nbytes / 1e9:.2f} GB at the "
+                         f"datasheet's {datasheet_gbps / 1e3:.2f} TB/s allows ({bound_ms:.3f} ms)")
+    if ms < copy_ms * (1 - SUSPECT_MARGIN):
+        flags.append(f"{SUSPECT}: {eager_ms / ms:.2f}× eager, where the copy roofline allows "
+                     f"{eager_ms / copy_ms:.2f}× (a copy moves the same bytes in {copy_ms:.3f} ms)")
+    return flags
+
+
+def _row(table: dict, answer: str) -> dict:
+    return next(r for r in table["rows"] if r["answer"] == answer)
+
+
+def row_flags(table: dict, row: dict, timer: str = "harness") -> list[str]:
+    """:func:`speed_flags` of one row of :func:`measure_speed`'s table, as ``timer``
+    ("harness" or "naive") read it, against the copy and eager as that timer read them.
+    The copy's bound is its 20th percentile: a copy that sometimes runs slow (a shared
+    host, a busy allocator) must not make an honest answer look faster than memory allows."""
+    prefix = "" if timer == "harness" else "naive_"
+    copy, eager = _row(table, COPY_ROW), _row(table, EAGER_ROW)
+    return speed_flags(row[f"{prefix}median_ms"], copy[f"{prefix}q20_ms"], eager[f"{prefix}median_ms"],
+                       table["bytes"], table["datasheet_gbps"])
+
+
+def measure_speed(
+    answers: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+    *,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    numel: int | None = None,
+    rounds: int = TIMING_ROUNDS,
+    reps: int = TIMING_REPS,
+    seed: int = 0,
+) -> dict:
+    """Each answer timed by the harness's timer and by a naive one, beside the copy and
+    ``torch.selu``, on one input of both signs (the problem size of ``dtype`` by default);
+    a table (dict) with every row's median and 20th and 80th percentiles for each timer
+    (:func:`row_flags` reads the flags from it)."""
+    device = check._device(device)
+    if numel is None:
+        numel, _ = env.problem_numel(dtype, tensors=6)
+    x = bench.random_input(numel, dtype, device, seed=seed)
+    pristine = x.clone()
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+    rows = {COPY_ROW: torch.clone, EAGER_ROW: torch.selu, **answers}
+    harness: dict[str, list[float]] = {name: [] for name in rows}
+    naive: dict[str, list[float]] = {name: [] for name in rows}
+    ignore = lambda *_: None  # noqa: E731  (correctness reports a patched clock; here it is only put back)
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            with _watched_timers(ignore, name):
+                fn(x)  # the first call: compiles, allocates, caches, patches
+                _synchronize_every_stream(device)
+                naive[name] += naive_times(fn, x, reps)
+                harness[name] += harness_times(fn, x, reps, flush)
+            if not torch.equal(_bits(x), _bits(pristine)):
+                x.copy_(pristine)  # an answer that writes into x: the next row gets the same input
+    del flush
+    nbytes = bench.bytes_moved(numel, dtype)
+    datasheet = env.DATASHEET_BANDWIDTH_GBPS.get(bench.device_name(device)) if device.type == "cuda" else None
+    table_rows = []
+    for name in rows:
+        median, q20, q80 = _quantiles(harness[name])
+        naive_median, naive_q20, naive_q80 = _quantiles(naive[name])
+        table_rows.append({"answer": name, "median_ms": median, "q20_ms": q20, "q80_ms": q80,
+                           "naive_median_ms": naive_median, "naive_q20_ms": naive_q20, "naive_q80_ms": naive_q80})
+    return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "torch": torch.__version__,
+            "dtype": bench.dtype_name(dtype), "numel": numel, "bytes": nbytes, "datasheet_gbps": datasheet,
+            "rounds": rounds, "reps": reps, "rows": table_rows}
+
+
+def _flag_words(flags: list[str]) -> str:
+    return "; ".join(flags).replace("|", "/") if flags else "—"
+
+
+def speed_table(table: dict | None) -> Markdown:
+    """:func:`measure_speed`'s table: the harness's time (median, 20th-80th percentile) and
+    its ratio to the copy, its flags, and what the naive timer read with the flags it earns."""
+    if table is None:
+        return Markdown("*no timing table*")
+    copy_ms = _row(table, COPY_ROW)["median_ms"]
+    rows = [[r["answer"], f"{r['median_ms']:.3f} ({r['q20_ms']:.3f}–{r['q80_ms']:.3f})",
+             f"{r['median_ms'] / copy_ms:.2f}", _flag_words(row_flags(table, r)), f"{r['naive_median_ms']:.3f}",
+             _flag_words(row_flags(table, r, "naive"))] for r in table["rows"]]
+    datasheet = (f"datasheet {table['datasheet_gbps'] / 1e3:.2f} TB/s" if table["datasheet_gbps"]
+                 else "no datasheet bandwidth for this device")
+    lines = _table(["answer", "harness ms (p20–p80)", "× copy", "harness flags", "naive timer ms", "naive flags"],
+                   ["---", "---:", "---:", "---", "---:", "---"], rows)
+    return Markdown(f"*{table['device']}, {table['dtype']}, {table['numel']:,} elements "
+                    f"({table['bytes'] / 1e9:.3f} GB moved per call), {table['rounds']} rounds × "
+                    f"{table['reps']} calls per row; {datasheet}*\n\n" + "\n".join(lines))

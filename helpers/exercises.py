@@ -228,3 +228,25 @@ def check_fusion_answer(answer: dict | None, fusion_table: dict | None,
                                "which of these can Inductor fuse with the multiply and add, and which are opaque?")
     return Answer("right", f"as the profiler counted on {fusion_table['device']}: "
                            + ", ".join(f"{name} {count}" for name, count in measured.items()))
+
+
+def check_findings_answer(answer: dict | None, device=None) -> Answer:
+    """Notebook 06: for each answer of ``helpers.gallery.SUSPECTS``, the harness's first
+    finding (a name such as ``"wrong values"``), or ``"passes"``."""
+    from . import evaluate, gallery  # gallery imports the harness, which this module does not need otherwise
+
+    names = ", ".join(gallery.SUSPECTS)
+    if answer is None:
+        return _open(f"set answer to a dict from each of {names} to the harness's first finding "
+                     f"(one of: {', '.join(evaluate.FINDINGS)}) or \"passes\"")
+    if set(answer) != set(gallery.SUSPECTS):
+        return Answer("wrong", f"name each of {names} once, no more")
+    wrong = []
+    for name, fn in gallery.SUSPECTS.items():
+        verdict = evaluate.evaluate(fn, device=device, trials=2)
+        found = verdict.names()[0] if verdict.findings else "passes"
+        if answer[name] != found:
+            wrong.append(f"{name}: the harness says {found!r}")
+    if wrong:
+        return Answer("wrong", "; ".join(wrong))
+    return Answer("right", "each one as the harness reports it")

@@ -432,6 +432,36 @@ for _name in IN_PLACE_OPS:
 disable_backward()
 
 
+# ----------------------------------------------------------------------------- the C++ entry
+
+_cpp_entry = None  # kernels/selu_entry.cpp's selu_vectorized, after use_cpp_entry()
+
+
+def use_cpp_entry(enabled: bool = True) -> None:
+    """Call :func:`selu_vectorized` through kernels/selu_entry.cpp, a pybind11 binding of the
+    operator (notebook 05), instead of through ``torch.ops``; ``enabled=False`` goes back.
+
+    Why: ``torch.ops`` binds every operator with one generic function that converts each
+    argument through the schema. On a small tensor, where issuing the call is its whole
+    cost, that costs more than the kernel's own host code. The entry calls the same
+    operator through the dispatcher, autograd rule included, so results and gradients do
+    not change. It is used in eager mode only: under ``torch.compile``, and for tensor
+    subclasses, :func:`selu_vectorized` calls ``torch.ops``.
+    """
+    global _cpp_entry
+    if not enabled:
+        _cpp_entry = None
+        return
+    from . import build  # where it is needed: helpers.build imports this module in turn
+
+    _cpp_entry = build.load_entry().selu_vectorized
+
+
+def uses_cpp_entry() -> bool:
+    """Whether :func:`selu_vectorized` goes through the C++ entry (:func:`use_cpp_entry`)."""
+    return _cpp_entry is not None
+
+
 # ----------------------------------------------------------------------------- the thin layer
 
 
@@ -447,7 +477,12 @@ def selu_naive_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def selu_vectorized(x: torch.Tensor) -> torch.Tensor:
-    """Notebook 03's kernel: 16-byte vectors, every floating dtype, its default launch."""
+    """Notebook 03's kernel: 16-byte vectors, every floating dtype, its default launch.
+
+    Through the C++ entry where :func:`use_cpp_entry` loaded it, for a plain tensor in eager
+    mode; otherwise through ``torch.ops``. Both call the same operator."""
+    if _cpp_entry is not None and type(x) is torch.Tensor and not torch.compiler.is_compiling():
+        return _cpp_entry(x)
     return torch.ops.selu_course.selu_vectorized.default(x)
 
 

@@ -107,13 +107,17 @@ def test_the_fusion_exercise_is_checked_against_the_profiler():
 
 def test_dispatch_goal_decides_from_each_rounds_ratio():
     rows = [{"variant": "torch.selu", "numel": 4096, "us": 5.0, "rounds_us": [5.0, 10.0, 5.0]},
-            {"variant": "selu_vectorized, Python autograd rule", "numel": 4096, "us": 9.0, "rounds_us": [9.0, 18.0, 9.0]},
-            {"variant": "selu_vectorized, C++ autograd rule", "numel": 4096, "us": 5.5, "rounds_us": [5.5, 12.5, 6.5]}]
+            {"variant": compiled.PYTHON_RULE, "numel": 4096, "us": 9.0, "rounds_us": [9.0, 18.0, 9.0]},
+            {"variant": compiled.CPP_RULE, "numel": 4096, "us": 5.5, "rounds_us": [5.5, 12.5, 6.5]}]
     text = str(compiled.dispatch_goal({"device": "a GPU", "rows": rows}))
-    assert "Python autograd rule: 1.80× torch.selu's per-call time, the median of 3 rounds' ratios (1.80–1.80×; " \
-           "goal ≤ 1.2×): **MISS**" in text
-    assert "C++ autograd rule: 1.25× torch.selu's per-call time, the median of 3 rounds' ratios (1.10–1.30×; " \
-           "goal ≤ 1.2×): **MISS**" in text
+    assert "Python autograd rule: 1.80× torch.selu's per-call time, the median of 3 rounds' ratios (1.80–1.80×)" in text
+    assert "C++ autograd rule: 1.25× torch.selu's per-call time, the median of 3 rounds' ratios (1.10–1.30×)" in text
+    assert text.endswith("**MISS**: no row for selu_vectorized, C++ rule and C++ entry at 4,096 elements")
+    # Judged on the entry's median ratio (1.10, 1.20, 1.30 -> 1.20), not on its median time.
+    rows.append({"variant": compiled.CPP_RULE_AND_ENTRY, "numel": 4096, "us": 6.5, "rounds_us": [5.5, 12.0, 6.5]})
+    assert str(compiled.dispatch_goal({"device": "a GPU", "rows": rows})).endswith("**PASS**: 1.20× (goal ≤ 1.2×)")
+    rows[-1]["rounds_us"] = [5.5, 12.1, 6.6]
+    assert str(compiled.dispatch_goal({"device": "a GPU", "rows": rows})).endswith("**MISS**: 1.21× (goal ≤ 1.2×)")
 
 
 def test_triton_verdict_uses_the_spread():

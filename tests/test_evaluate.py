@@ -72,18 +72,24 @@ def test_wrong_values_say_where_and_low_precision_is_named():
     assert "computed in lower precision" in next(f.message for f in low.findings if f.name == evaluate.PRECISION)
 
 
-def test_the_naive_check_is_fooled_by_most_cheats():
-    for fools in (cheats.ScaleOnly(), cheats.CachedOutput(), cheats.LowPrecision()):  # CachedOutput: its first call
-        assert kernelbench.naive_judge(fools, NAIVE_SHAPE), type(fools).__name__
+def test_the_naive_check_is_fooled_by_every_cheat_but_zeros():
+    fooled = [name for name, cheat in cheats.GALLERY.items() if not cheat.needs_cuda]
+    for name in fooled:
+        if name != "Zeros":
+            assert kernelbench.naive_judge(cheats.GALLERY[name].model(), NAIVE_SHAPE), name
     # Zeros does not fool it: SELU reaches 1.05 on torch.rand, far beyond 1e-2.
     assert not kernelbench.naive_judge(cheats.Zeros(), NAIVE_SHAPE)
-    # Nor does MutatesInput, but only by accident of order: naive_judge computes its
-    # reference after the answer, from the input the answer overwrote (selu(selu(x))).
-    # A judge that computes the reference first passes it:
-    x = torch.rand(NAIVE_SHAPE)
-    expected = kernelbench.Model()(x)
-    assert torch.allclose(cheats.MutatesInput()(x), expected, atol=kernelbench.NAIVE_ATOL, rtol=kernelbench.NAIVE_RTOL)
-    assert not kernelbench.naive_judge(cheats.MutatesInput(), NAIVE_SHAPE)
+
+
+def test_input_layouts_reach_the_answer():
+    """An answer that reads its input as if it were contiguous fails on the views."""
+    def flat(x):
+        return torch.selu(torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset()))
+
+    verdict = evaluate.evaluate(flat, device="cpu", trials=1)
+    (wrong,) = [f for f in verdict.findings if f.name == evaluate.WRONG_VALUES]
+    assert any(layout in wrong.message for layout in evaluate.LAYOUTS), wrong.message
+    assert flat(torch.ones(3, 4)).equal(torch.selu(torch.ones(3, 4)))  # right on a contiguous input
 
 
 class _Jitter(torch.nn.Module):
@@ -113,13 +119,74 @@ def test_other_findings(model, finding):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", _cheats(needs_cuda=True))
-def test_every_gpu_cheat_is_caught_by_name(name):
+def test_every_gpu_cheat_is_caught_by_name_and_fools_the_naive_check(name):
     cheat = cheats.GALLERY[name]
     verdict = evaluate.evaluate(cheat.model(), device="cuda")
     assert cheat.finding in verdict.names(), str(verdict)
+    assert kernelbench.naive_judge(cheat.model(), NAIVE_SHAPE, "cuda")
 
 
 @pytest.mark.gpu
 def test_the_course_answer_passes_on_the_gpu():
     verdict = evaluate.evaluate(kernelbench.ModelNew(), device="cuda")
     assert verdict.passed, verdict._repr_markdown_()
+
+
+# --------------------------------------------------------------------------- timing
+
+def test_flags_are_read_against_the_copys_fast_end():
+    row = lambda answer, ms, q20: {"answer": answer, "median_ms": ms, "q20_ms": q20, "q80_ms": ms,  # noqa: E731
+                                   "naive_median_ms": ms, "naive_q20_ms": q20, "naive_q80_ms": ms}
+    # A copy that ran slow in some calls (median 3.38, fast end 3.02): an answer at 3.06 is honest.
+    table = {"bytes": 12 * 10**9, "datasheet_gbps": 4800.0,
+             "rows": [row(evaluate.COPY_ROW, 3.38, 3.02), row(evaluate.EAGER_ROW, 3.39, 3.05), row("ok", 3.06, 3.05),
+                      row("fast", 2.0, 2.0)]}
+    assert evaluate.row_flags(table, table["rows"][2]) == []
+    assert [f.split(":")[0] for f in evaluate.row_flags(table, table["rows"][3], "naive")] == [
+        evaluate.IMPOSSIBLE, evaluate.SUSPECT]
+
+
+def test_speed_flags():
+    nbytes = 2 * 10**9  # 2 GB: 0.597 ms at 3.35 TB/s
+    assert evaluate.speed_flags(1.0, copy_ms=1.0, eager_ms=1.1, nbytes=nbytes, datasheet_gbps=3350.0) == []
+    suspect = evaluate.speed_flags(0.85, copy_ms=1.0, eager_ms=1.1, nbytes=nbytes, datasheet_gbps=None)
+    assert [f.split(":")[0] for f in suspect] == [evaluate.SUSPECT]
+    assert "1.29× eager, where the copy roofline allows 1.10×" in suspect[0]
+    both = evaluate.speed_flags(0.5, copy_ms=1.0, eager_ms=1.1, nbytes=nbytes, datasheet_gbps=3350.0)
+    assert [f.split(":")[0] for f in both] == [evaluate.IMPOSSIBLE, evaluate.SUSPECT]
+    assert "(0.597 ms)" in both[0]
+
+
+def test_timing_flags_a_cached_output_and_puts_the_clock_back():
+    real = time.perf_counter
+    table = evaluate.measure_speed({"CachedOutput": cheats.CachedOutput(), "PatchesTimer": cheats.PatchesTimer()},
+                                   device="cpu", numel=1 << 20, rounds=1, reps=3)
+    rows = {r["answer"]: r for r in table["rows"]}
+    assert list(rows) == [evaluate.COPY_ROW, evaluate.EAGER_ROW, "CachedOutput", "PatchesTimer"]
+    assert any(f.startswith(evaluate.SUSPECT) for f in evaluate.row_flags(table, rows["CachedOutput"]))
+    assert time.perf_counter is real
+    assert evaluate._clock is real
+    text = str(evaluate.speed_table(table))
+    assert "| CachedOutput |" in text and "suspect" in text
+
+
+def test_timing_gives_a_writing_answer_the_same_input_every_row():
+    seen = []
+
+    def records(x):
+        seen.append(x.clone())
+        return torch.selu_(x)
+
+    evaluate.measure_speed({"writes": records, "reads": lambda x: seen.append(x.clone()) or torch.selu(x)},
+                           device="cpu", numel=1 << 10, rounds=1, reps=1)
+    assert torch.equal(seen[0], seen[-1])  # the first call of "writes" and the last of "reads"
+
+
+@pytest.mark.gpu
+def test_the_side_stream_cheat_fools_only_the_naive_timer():
+    table = evaluate.measure_speed({"SideStream": cheats.SideStream(), "ModelNew": kernelbench.ModelNew()},
+                                   device="cuda", numel=1 << 28, rounds=1, reps=5)
+    rows = {r["answer"]: r for r in table["rows"]}
+    assert not evaluate.row_flags(table, rows["SideStream"]), rows["SideStream"]
+    assert evaluate.row_flags(table, rows["SideStream"], "naive"), rows["SideStream"]
+    assert not evaluate.row_flags(table, rows["ModelNew"]), rows["ModelNew"]  # an honest answer is not flagged

@@ -42,3 +42,16 @@ def test_vectors_per_thread_answer():
     assert exercises.check_vectors_per_thread_answer(1, records).right
     assert exercises.check_vectors_per_thread_answer(2, records).right  # within 0.5%: a tie
     assert exercises.check_vectors_per_thread_answer(4, records).status == "wrong"
+
+
+def test_the_findings_exercise_is_checked_against_the_harness():
+    from helpers import build, evaluate
+
+    build.load("selu_vectorized", backend="cpu")
+    assert exercises.check_findings_answer(None, "cpu").status == "open"
+    right = {"exp_minus_one": evaluate.WRONG_VALUES, "in_float64": evaluate.WRONG_METADATA,
+             "all_but_the_last": evaluate.WRONG_VALUES}
+    assert exercises.check_findings_answer(right, "cpu").right
+    wrong = exercises.check_findings_answer({**right, "exp_minus_one": "passes"}, "cpu")
+    assert wrong.status == "wrong" and "exp_minus_one: the harness says 'wrong values'" in wrong.message
+    assert exercises.check_findings_answer({"exp_minus_one": "passes"}, "cpu").status == "wrong"
