@@ -7,11 +7,20 @@ Executed copies go to ``reproduced/<device>/notebooks/``, and the records and
 figures they write to ``reproduced/<device>/`` (``benchmarks.json``, ``figures/``),
 laid out as ``results/<device>/`` is, so the two compare file by file. The
 notebooks in ``notebooks/`` are never written to.
+
+Before the notebooks, every kernel library is built at once, each in a process of its
+own, so that the builds share the machine's cores instead of waiting for each other
+inside the notebooks (``--no-prebuild`` leaves them to the notebooks). At the end it
+writes ``reproduced/<device>/report.md``: how long each notebook took, where everything
+is, this run's report beside the committed ones (notebook 06), and, without a GPU,
+which of the committed GPU tables this machine could not measure.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,11 +64,67 @@ def execute(notebook: Path, destination: Path, timeout_s: int = 3600) -> float:
     return time.perf_counter() - started
 
 
+def prebuild() -> list[str]:
+    """Build every kernel library (the device kernels, the C++ autograd rule, the C++ entry),
+    each in a process of its own, all at once; returns the ones that failed (a notebook that
+    needs one then reports the compiler's message)."""
+    from . import build
+
+    scripts = {kernel: f"from helpers import build; build.load({kernel!r})"
+               for kernel in (*build.KERNELS, *build.AUTOGRAD_KERNELS)}
+    scripts["entry"] = "from helpers import build; build.load_entry()"
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(env.REPO_ROOT), environment.get("PYTHONPATH")]))
+    # Each build runs ninja with this many jobs; together they fill the machine once.
+    environment["MAX_JOBS"] = str(max(1, (os.cpu_count() or 2) // len(scripts)))
+    running = {kernel: subprocess.Popen([sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+               for kernel, script in scripts.items()}
+    return [kernel for kernel, process in running.items() if process.wait() != 0]
+
+
+def _tables(folder: Path) -> set[str]:
+    return {path.name for path in folder.glob("*.json")} if folder.exists() else set()
+
+
+def write_summary(root: Path, slug: str, timings: dict[str, float | None], started: float) -> Path:
+    """``root/report.md``: each notebook's time, where things are, the report of this run
+    beside the committed ones, and what this machine could not measure."""
+    from . import course_report
+
+    total = time.perf_counter() - started
+    lines = [f"# Reproduced on {slug}", "",
+             f"{len(timings)} notebook{'s' if len(timings) != 1 else ''} in {total / 60:.1f} min, builds included.", "",
+             "| notebook | seconds |", "|---|---:|"]
+    lines += [f"| {name} | {'FAILED' if seconds is None else f'{seconds:.0f}'} |" for name, seconds in timings.items()]
+    lines += ["", f"- executed notebooks: `{os.path.relpath(root / 'notebooks', env.REPO_ROOT)}/`",
+              f"- records, tables and figures: `{os.path.relpath(root, env.REPO_ROOT)}/` (laid out as `results/<device>/`)",
+              "- committed references: " + ", ".join(f"`results/{s}/`" for s in course_report.SLUGS), ""]
+    here = root / course_report.REPORT_FILE
+    found = {}
+    if here.exists():
+        found[f"{slug}, this run"] = json.loads(here.read_text()) | {"source": "this run"}
+    found.update(course_report.committed_tables())
+    lines += ["## The report", "", str(course_report.summary_table(found)), ""]
+    if slug == "cpu" or not env.can_build_cuda():
+        missing = sorted(set().union(*(_tables(env.REPO_ROOT / "results" / s) for s in course_report.SLUGS))
+                         - _tables(root))
+        lines += ["## Not measured here", "",
+                  "No GPU, or no CUDA build of torch and nvcc: every GPU measurement shown in the executed notebooks "
+                  "is a committed reference. These tables of the committed GPU runs were not measured:", "",
+                  ", ".join(f"`{name}`" for name in missing), ""]
+    path = root / "report.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prefixes", nargs="*", help="run only notebooks whose names start with these")
     parser.add_argument("--output", type=Path, default=OUTPUT_DIR,
                         help="folder that receives <device>/ with the executed copies and results (default: reproduced)")
+    parser.add_argument("--no-prebuild", action="store_true", help="leave the kernel builds to the notebooks")
     args = parser.parse_args(argv)
 
     output_dir = args.output.resolve()
@@ -69,16 +134,28 @@ def main(argv: list[str] | None = None) -> int:
     # progress bars into the executed copies.
     os.environ["HELPERS_RESULTS_DIR"] = str(output_dir)
     os.environ[env.HEADLESS_ENV_VAR] = "1"
+    started = time.perf_counter()
+    if not args.no_prebuild:
+        failed = prebuild()
+        print(f"kernels built in {time.perf_counter() - started:.0f} s"
+              + (f"; failed: {', '.join(failed)} (the notebooks that load them will say why)" if failed else ""),
+              flush=True)
     failures = 0
+    timings: dict[str, float | None] = {}
     for notebook in notebooks(args.prefixes):
         target = root / "notebooks" / notebook.name
         print(f"{notebook.name} ...", flush=True)
         try:
             seconds = execute(notebook, target)
+            timings[notebook.stem] = seconds
             print(f"{notebook.name}: ok in {seconds:.0f} s -> {os.path.relpath(target, env.REPO_ROOT)}", flush=True)
         except Exception as error:  # keep going: one broken notebook should not hide the others
             failures += 1
+            timings[notebook.stem] = None
             print(f"{notebook.name}: FAILED: {str(error)[-2000:]}", file=sys.stderr, flush=True)
+    summary = write_summary(root, root.name, timings, started)
+    print(f"done in {(time.perf_counter() - started) / 60:.1f} min; summary: {os.path.relpath(summary, env.REPO_ROOT)}",
+          flush=True)
     return 1 if failures else 0
 
 

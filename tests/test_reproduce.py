@@ -25,8 +25,33 @@ def test_records_and_notebooks_share_one_device_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HELPERS_RESULTS_DIR", os.environ.get("HELPERS_RESULTS_DIR", ""))
     monkeypatch.setenv(env.HEADLESS_ENV_VAR, os.environ.get(env.HEADLESS_ENV_VAR, ""))
     monkeypatch.setenv("PYTHONPATH", str(env.REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    assert reproduce.main(["--output", str(tmp_path / "out")]) == 0
+    assert reproduce.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 0
     assert (tmp_path / "out" / "probe" / "notebooks" / "09_probe.ipynb").exists()
     records = json.loads((tmp_path / "out" / "probe" / "benchmarks.json").read_text())
     assert records[0]["variant"] == "copy"
     assert not (tmp_path / "out" / "probe" / "results").exists()  # no device folder twice
+    summary = (tmp_path / "out" / "probe" / "report.md").read_text()
+    assert "| 09_probe |" in summary and "## The report" in summary
+    if not env.can_build_cuda():
+        assert "## Not measured here" in summary and "`06_report.json`" in summary
+
+
+def test_prebuild_builds_every_library(monkeypatch):
+    started = []
+
+    class Process:
+        def __init__(self, command, **options):
+            self.script = command[-1]
+            started.append((self.script, options["env"]["MAX_JOBS"]))
+
+        def wait(self):
+            return 1 if "'mistakes'" in self.script else 0  # as if that build failed
+
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
+    failed = reproduce.prebuild()
+    scripts = [script for script, _ in started]
+    assert any("build.load('selu_vectorized')" in s for s in scripts)
+    assert any("build.load('selu_autograd')" in s for s in scripts)
+    assert any("build.load_entry()" in s for s in scripts)
+    assert failed == ["mistakes"]
+    assert all(int(jobs) >= 1 for _, jobs in started)

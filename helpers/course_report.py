@@ -1,0 +1,255 @@
+"""The course's report (notebook 06, section 5): every stage beside its peers and the copy
+roofline, in every dtype, forward, backward and a whole step, on the H100 and the H200.
+
+>>> tables = course_report.tables()            # this GPU measured now, the other GPUs committed  # doctest: +SKIP
+>>> course_report.summary_table(tables)        # % of the copy, per GPU and dtype                 # doctest: +SKIP
+>>> course_report.roofline_figure(tables)      # the same as bars, both GPUs side by side         # doctest: +SKIP
+
+One run per GPU measures everything at each dtype's problem size (the reference size,
+4096 × 393216, where it fits), with the copy that moves the same bytes timed in the
+same run: every ratio is taken within one run (:func:`helpers.bench.measure_repeated`).
+The stages of the course, in order:
+
+* naive: notebook 02's one-thread-per-element kernel (float32 only);
+* vectorized: notebook 03's kernel at its default launch, the same on every GPU;
+* tuned: the same kernel at the launch measured on this GPU (:mod:`helpers.tuning`);
+* backward: notebook 04's backward kernel;
+* operator: one forward and backward through autograd with the course's operator, as a
+  training step calls it (notebook 05's C++ rule and entry);
+
+and the peers: eager ``torch.selu`` (and its backward and autograd step), ``torch.compile``,
+a plain 10-line Triton SELU, and the Triton operator of notebook 05.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+
+from . import backward, bench, check, compiled, env, ops, plot, results, triton_selu
+from .bench import COPY, dtype_name
+from .report import Markdown, _table
+
+REPORT_FILE = "06_report.json"
+REPORT_FIGURE = "06_report"
+SLUGS = ("h100", "h200")
+# kernels/selu_vectorized.cu's default_config(), which every GPU starts from (a test reads it there).
+DEFAULT_LAUNCH = bench.launch_config(128, 2, 0)
+
+# Each record's variant, and what the report calls it, stage by stage and then the peers.
+LABELS = {
+    "forward": {
+        "selu_naive": "naive (float32 only)",
+        "selu_vectorized_default_launch": "vectorized, default launch",
+        "selu_vectorized": "vectorized, launch tuned on this GPU",
+        "torch_eager": "torch.selu, eager",
+        "torch_compile": "torch.compile(torch.selu)",
+        bench.TRITON: "Triton, 10 lines",
+        "selu_triton": "Triton operator (notebook 05)",
+    },
+    "backward": {
+        "selu_backward": "backward kernel",
+        "torch_eager": "torch's backward (elu_backward)",
+        "selu_triton_backward": "Triton operator's backward",
+    },
+    "step": {
+        "selu_course_autograd": "operator: forward + backward under autograd",
+        "torch_autograd": "torch.selu under autograd",
+    },
+}
+DEVICE_COLORS = {"h100": "tab:blue", "h200": "tab:orange"}  # the same GPU, the same colour, in every panel
+OP_TITLES = {"forward": "forward", "backward": "backward (from x)", "step": "a training step (forward + backward)"}
+
+
+def _forward_variants(dtype: torch.dtype, device: torch.device) -> dict:
+    t, v, k = (DEFAULT_LAUNCH[key] for key in ("threads_per_block", "vectors_per_thread", "max_blocks_per_sm"))
+    variants = {}
+    if dtype == torch.float32:
+        variants["selu_naive"] = ops.selu_naive
+    variants["selu_vectorized_default_launch"] = bench.Variant(
+        lambda x: ops.selu_vectorized_with_config(x, t, v, k), "selu_vectorized_default_launch", DEFAULT_LAUNCH)
+    variants["selu_vectorized"] = ops.selu_vectorized
+    variants.update(compiled.forward_variants(dtype, device))  # eager, compile, Triton, the Triton operator
+    return variants
+
+
+def measure(dtypes=check.DTYPES, device=None, repeats: int = 3) -> dict:
+    """Every stage and peer, forward, backward and step, in each dtype at its problem size;
+    a table (dict) of the first run's records, each with every run's median."""
+    device = check._device(device)
+    records = []
+    # The operator as notebook 05 leaves it; the rule and entry in place before come back after.
+    with compiled.autograd_rule("cpp"), compiled.cpp_entry(True):
+        records += _measure_dtypes(dtypes, device, repeats)
+    return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "torch": torch.__version__,
+            "launch_configs": {dtype_name(d): list(ops.launch_config(device, d)) for d in dtypes}
+            if device.type == "cuda" else {}, "records": records}
+
+
+def _measure_dtypes(dtypes, device: torch.device, repeats: int) -> list[dict]:
+    records = []
+    for dtype in dtypes:
+        numel, _ = env.problem_numel(dtype, tensors=backward.BACKWARD_TENSORS)
+        x = bench.random_input(numel, dtype, device, seed=5)
+        records += bench.measure_repeated(_forward_variants(dtype, device), numel, x=x, repeats=repeats)
+        grad = bench.random_input(numel, dtype, device, seed=6)
+        records += bench.measure_repeated(compiled.backward_variants(grad), numel, x=x, repeats=repeats,
+                                          op="backward")
+        records += bench.measure_repeated(backward.step_variants(grad), numel, x=x, repeats=repeats, op="step")
+        del x, grad
+        bench._release_memory(device)
+    return records
+
+
+def tables(slugs: tuple[str, ...] = SLUGS) -> dict[str, dict]:
+    """The report's table of each GPU: on a GPU, measured now (and saved as ``06_report.json``)
+    for this one; the committed tables for the others, and for all of them elsewhere."""
+    found = {}
+    here = env.device_slug() if env.can_build_cuda() else None
+    if here is not None:
+        table = measure()
+        results.save_table(table, REPORT_FILE)
+        found[here] = table | {"source": "measured in this run"}
+    for slug, table in committed_tables(slugs).items():
+        found.setdefault(slug, table)
+    return found
+
+
+def committed_tables(slugs: tuple[str, ...] = SLUGS) -> dict[str, dict]:
+    """The committed report table of each GPU that has one (what the README shows)."""
+    return {slug: table | {"source": "committed"} for slug in slugs
+            if (table := results.load_table(REPORT_FILE, slug)) is not None}
+
+
+def pct_of_copy(table: dict, op: str, dtype: str, variant: str) -> float | None:
+    """``variant``'s throughput as a % of the copy's in its own run, or None if not measured."""
+    records = [r for r in table["records"] if r["op"] == op and r["dtype"] == dtype]
+    record = next((r for r in records if r["variant"] == variant), None)
+    return None if record is None else results.pct_of_copy(record, records)
+
+
+def summary_table(found: dict[str, dict], dtypes=check.DTYPES) -> Markdown:
+    """One table a reader can quote: each stage and peer as a % of the copy's throughput (the
+    copy of the same run), one column per GPU and dtype, forward, backward and step."""
+    if not found:
+        return Markdown("*no report table: needs a GPU, and none is committed yet*")
+    names = [dtype_name(d) for d in dtypes]
+    columns = [(slug, name) for slug in found for name in names]
+    header = ["% of the copy"] + [f"{slug.upper()} {name}" for slug, name in columns]
+    lines = []
+    for op, labels in LABELS.items():
+        rows = []
+        for variant, label in labels.items():
+            cells = [pct_of_copy(found[slug], op, name, variant) for slug, name in columns]
+            if any(cell is not None for cell in cells):
+                rows.append([label] + [f"{cell:.1f}" if cell is not None else "—" for cell in cells])
+        lines += [f"**{OP_TITLES[op]}**", ""] + _table(header, ["---"] + ["---:"] * len(columns), rows) + [""]
+    sources = "; ".join(f"{slug.upper()}: {table['device']}, {table['source']}" for slug, table in found.items())
+    return Markdown(f"*{sources}. Each dtype at its problem size; the copy moves the bytes the op must move "
+                    f"(one read and one write forward, two reads and a write backward), in the same run.*\n\n"
+                    + "\n".join(lines))
+
+
+def roofline_figure(found: dict[str, dict], dtypes=check.DTYPES, op: str = "forward", save: bool = True):
+    """Each forward stage and peer as a % of the copy, a panel per dtype, the GPUs side by side;
+    saved as ``figures/06_report`` beside the per-device folders."""
+    if not found:
+        return None
+    labels = LABELS[op]
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(3.2 * len(dtypes), 3.8), sharey=True, layout="constrained",
+                             squeeze=False)
+    axes = axes[0]
+    data = {"figure": "report_roofline", "op": op, "devices": {slug: t["device"] for slug, t in found.items()},
+            "panels": []}
+    height = 0.8 / len(found)
+    for ax, dtype in zip(axes, dtypes):
+        name = dtype_name(dtype)
+        panel = {"dtype": name, "bars": []}
+        for i, (slug, table) in enumerate(found.items()):
+            values = [pct_of_copy(table, op, name, variant) for variant in labels]
+            positions = [k + (i - (len(found) - 1) / 2) * height for k in range(len(labels))]
+            drawn = ax.barh(positions, [v or 0 for v in values], height=height, color=DEVICE_COLORS.get(slug, "tab:gray"),
+                            label=f"{slug.upper()} ({table['source']})")
+            ax.bar_label(drawn, labels=[f"{v:.1f}" if v else "" for v in values], padding=2, fontsize=6)
+            panel["bars"] += [{"device": slug, "variant": v, "pct_of_copy": p} for v, p in zip(labels, values)]
+        ax.axvline(100, color="black", linestyle="--", linewidth=1)
+        ax.set(title=name, xlim=(0, 125), xlabel="% of the copy's throughput")
+        data["panels"].append(panel)
+    axes[0].set_yticks(range(len(labels)), list(labels.values()), fontsize=8)
+    axes[0].invert_yaxis()
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"SELU {OP_TITLES[op]} at each dtype's problem size, against a copy of the same bytes", fontsize=10)
+    plt.close(fig)
+    if save:
+        plot.save_figure(fig, data, results.results_dir() / "figures" / f"{REPORT_FIGURE}.png")
+    return fig
+
+
+def memory_table(slugs: tuple[str, ...] = SLUGS) -> Markdown:
+    """Notebook 04's peak-memory records of each GPU, as multiples of one tensor."""
+    rows, devices = [], []
+    for slug in slugs:
+        table = results.load_table("04_memory.json", slug)
+        if table is None:
+            continue
+        devices.append(f"{slug.upper()}: {table['device']}")
+        for row in table["rows"]:
+            rows.append([slug.upper(), row["variant"], f"{row['peak_bytes'] / 1e9:.2f}",
+                         f"{row['peak_bytes'] / table['tensor_bytes']:.2f}"])
+    if not rows:
+        return Markdown("*no committed memory records*")
+    lines = _table(["GPU", "forward", "peak GB", "peak / one tensor"], ["---", "---", "---:", "---:"], rows)
+    return Markdown(f"*committed records of notebook 04 ({'; '.join(devices)}): peak memory of one forward and "
+                    f"backward of SELU on h = x·2, float32 at the reference size*\n\n" + "\n".join(lines))
+
+
+def curve_figures(slugs: tuple[str, ...] = SLUGS, name: str = "03_vectorized_throughput") -> list[Path]:
+    """The committed throughput-against-size figures of notebook 03, one per GPU."""
+    return [path for slug in slugs
+            if (path := env.REPO_ROOT / "results" / slug / "figures" / f"{name}.png").exists()]
+
+
+def default_launch_in_source() -> dict:
+    """The default launch written in kernels/selu_vectorized.cu, read from the source."""
+    source = (env.KERNELS_DIR / "selu_vectorized.cu").read_text()
+    match = re.search(r"default_config\(at::ScalarType\)\s*\{\s*return LaunchConfig\{(\d+),\s*(\d+),\s*(\d+)\}", source)
+    return bench.launch_config(*(int(g) for g in match.groups())) if match else {}
+
+
+def verdicts(found: dict[str, dict], dtypes=check.DTYPES) -> Markdown:
+    """Per GPU and dtype, in one line each: the tuned kernel's % of the copy and the fastest
+    forward row; the backward kernel's and torch's backward; the course's step and torch's."""
+    lines = []
+    for slug, table in found.items():
+        for dtype in dtypes:
+            name = dtype_name(dtype)
+            forward = {label: pct_of_copy(table, "forward", name, variant)
+                       for variant, label in LABELS["forward"].items()}
+            forward = {label: pct for label, pct in forward.items() if pct is not None}
+            if not forward:
+                continue
+            best = max(forward, key=forward.get)
+            tuned = forward.get(LABELS["forward"]["selu_vectorized"])
+            ours_back, theirs_back = (pct_of_copy(table, "backward", name, v) for v in ("selu_backward", "torch_eager"))
+            ours_step, theirs_step = (pct_of_copy(table, "step", name, v)
+                                      for v in ("selu_course_autograd", "torch_autograd"))
+            lines.append(f"- {slug.upper()} {name}: forward, the tuned kernel at {tuned:.1f}% of the copy, the fastest "
+                         f"row {best} ({forward[best]:.1f}%); backward {ours_back:.1f}% (torch {theirs_back:.1f}%); "
+                         f"step {ours_step:.1f}% (torch {theirs_step:.1f}%)")
+    return Markdown("\n".join(lines) or "*no report table*")
+
+
+def show_curves(slugs: tuple[str, ...] = SLUGS) -> None:
+    """Display :func:`curve_figures` (in Jupyter; their paths elsewhere)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:
+        get_ipython = None
+    for path in curve_figures(slugs):
+        if get_ipython is not None and get_ipython() is not None:
+            display(Image(filename=str(path)))
+        else:
+            print(path.relative_to(env.REPO_ROOT))
