@@ -654,12 +654,9 @@ def source_region(filename: str, region: str | None = None) -> str:
 
 def display_code(header: str, text: str, language: str = "cpp") -> None:
     """``text`` as a highlighted code block under ``header`` in Jupyter, printed elsewhere."""
-    try:
-        from IPython import get_ipython
+    if env.in_jupyter():
         from IPython.display import Markdown, display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
+
         display(Markdown(f"`{header}`\n```{language}\n{text}\n```"))
     else:
         print(f"// {header}\n{text}")

@@ -28,9 +28,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from . import backward, bench, check, compiled, env, ops, plot, results, triton_selu
-from .bench import COPY, dtype_name
-from .report import Markdown, _table
+from . import backward, bench, check, compiled, env, ops, plot, results
+from .bench import dtype_name
+from .report import Markdown, _table, _with_config
 
 REPORT_FILE = "06_report.json"
 REPORT_FIGURE = "06_report"
@@ -64,12 +64,11 @@ OP_TITLES = {"forward": "forward", "backward": "backward (from x)", "step": "a t
 
 
 def _forward_variants(dtype: torch.dtype, device: torch.device) -> dict:
-    t, v, k = (DEFAULT_LAUNCH[key] for key in ("threads_per_block", "vectors_per_thread", "max_blocks_per_sm"))
     variants = {}
     if dtype == torch.float32:
         variants["selu_naive"] = ops.selu_naive
-    variants["selu_vectorized_default_launch"] = bench.Variant(
-        lambda x: ops.selu_vectorized_with_config(x, t, v, k), "selu_vectorized_default_launch", DEFAULT_LAUNCH)
+    variants["selu_vectorized_default_launch"] = bench.Variant(_with_config(DEFAULT_LAUNCH),
+                                                               "selu_vectorized_default_launch", DEFAULT_LAUNCH)
     variants["selu_vectorized"] = ops.selu_vectorized
     variants.update(compiled.forward_variants(dtype, device))  # eager, compile, Triton, the Triton operator
     return variants
@@ -218,6 +217,10 @@ def default_launch_in_source() -> dict:
     return bench.launch_config(*(int(g) for g in match.groups())) if match else {}
 
 
+def _pct(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.1f}%"
+
+
 def verdicts(found: dict[str, dict], dtypes=check.DTYPES) -> Markdown:
     """Per GPU and dtype, in one line each: the tuned kernel's % of the copy and the fastest
     forward row; the backward kernel's and torch's backward; the course's step and torch's."""
@@ -235,21 +238,18 @@ def verdicts(found: dict[str, dict], dtypes=check.DTYPES) -> Markdown:
             ours_back, theirs_back = (pct_of_copy(table, "backward", name, v) for v in ("selu_backward", "torch_eager"))
             ours_step, theirs_step = (pct_of_copy(table, "step", name, v)
                                       for v in ("selu_course_autograd", "torch_autograd"))
-            lines.append(f"- {slug.upper()} {name}: forward, the tuned kernel at {tuned:.1f}% of the copy, the fastest "
-                         f"row {best} ({forward[best]:.1f}%); backward {ours_back:.1f}% (torch {theirs_back:.1f}%); "
-                         f"step {ours_step:.1f}% (torch {theirs_step:.1f}%)")
+            lines.append(f"- {slug.upper()} {name}: forward, the tuned kernel at {_pct(tuned)} of the copy, the fastest "
+                         f"row {best} ({_pct(forward[best])}); backward {_pct(ours_back)} (torch {_pct(theirs_back)}); "
+                         f"step {_pct(ours_step)} (torch {_pct(theirs_step)})")
     return Markdown("\n".join(lines) or "*no report table*")
 
 
 def show_curves(slugs: tuple[str, ...] = SLUGS) -> None:
     """Display :func:`curve_figures` (in Jupyter; their paths elsewhere)."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import Image, display
-    except ImportError:
-        get_ipython = None
     for path in curve_figures(slugs):
-        if get_ipython is not None and get_ipython() is not None:
+        if env.in_jupyter():
+            from IPython.display import Image, display
+
             display(Image(filename=str(path)))
         else:
             print(path.relative_to(env.REPO_ROOT))

@@ -47,6 +47,16 @@ def interactive() -> bool:
     return not (headless or is_ci())
 
 
+def in_jupyter() -> bool:
+    """Whether an IPython front end runs this code (a notebook): rich output is displayed
+    there, and printed everywhere else (a script, pytest)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
 def has_gpu() -> bool:
     return torch.cuda.is_available()
 

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+import numpy as np
 import torch
 
 from . import bench, check, env
@@ -250,6 +251,12 @@ def _call(model_new, x: torch.Tensor):
 # endregion
 
 
+def _raised(where: str, error: Exception) -> str:
+    """The finding's message for an answer that raised: where, the exception's type and first line."""
+    lines = str(error).strip().splitlines()
+    return f"{where}: {type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def _stream_check(model_new, dtype: torch.dtype, device: torch.device, seed: int,
                   found: Callable[[str, str], None]) -> None:
     """Whether the device is still busy once the caller's stream is done with ``model_new(x)``
@@ -268,8 +275,7 @@ def _stream_check(model_new, dtype: torch.dtype, device: torch.device, seed: int
             torch.cuda.synchronize(device)
             busy_ms = (_clock() - start) * 1e3
     except Exception as error:  # an answer may raise anything: report it
-        lines = str(error).strip().splitlines()
-        found(RAISED, f"{where}: {type(error).__name__}: {lines[0] if lines else ''}")
+        found(RAISED, _raised(where, error))
         return
     del y, x
     if busy_ms > STREAM_BUSY_MS:
@@ -321,8 +327,7 @@ def evaluate(
                 with _watched_timers(found, where):
                     y, seen, changed = _call(model_new, x)
             except Exception as error:  # an answer may raise anything: report it
-                lines = str(error).strip().splitlines()
-                found(RAISED, f"{where}: {type(error).__name__}: {lines[0] if lines else ''}")
+                found(RAISED, _raised(where, error))
                 continue
             if not isinstance(y, torch.Tensor):
                 found(WRONG_METADATA, f"{where}: returned {type(y).__name__}, not a tensor")
@@ -439,9 +444,9 @@ def naive_times(fn: Callable[[torch.Tensor], object], x: torch.Tensor, reps: int
 
 
 def _quantiles(times: list[float]) -> tuple[float, float, float]:
-    values = torch.tensor(times, dtype=torch.float64)
-    median, q20, q80 = torch.quantile(values, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
-    return median, q20, q80
+    """Median, 20th and 80th percentile, as the course's benchmarks take them."""
+    timing = bench._timing_from_samples(np.asarray(times, dtype=float), n=len(times), method="harness")
+    return timing.median_ms, timing.q20_ms, timing.q80_ms
 
 
 def speed_flags(ms: float, copy_ms: float, eager_ms: float, nbytes: int, datasheet_gbps: float | None) -> list[str]:

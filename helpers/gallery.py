@@ -20,10 +20,6 @@ NAIVE_SHAPE = (64, 1027)
 TIMING_CHEATS = ("Zeros", "CachedOutput", "PatchesTimer", "SideStream")
 
 
-def _device(device) -> torch.device:
-    return check._device(device)
-
-
 def _naive(model: torch.nn.Module, device: torch.device) -> bool:
     """The naive KernelBench-style check, with any clock the answer replaces put back."""
     with evaluate._watched_timers(lambda *_: None, "naive check"):
@@ -34,7 +30,7 @@ def cheats_table(device=None) -> Markdown:
     """Each cheat of :data:`helpers.cheats.GALLERY` through the naive check and through the
     harness (float32): whether each passes, what the harness found, and its first case for
     the finding that names the cheat."""
-    device = _device(device)
+    device = check._device(device)
     rows = []
     for name, cheat in cheats.GALLERY.items():
         if cheat.needs_cuda and device.type != "cuda":
@@ -55,7 +51,7 @@ def honest_answers(device=None) -> dict[str, torch.nn.Module]:
     """The answers that must pass: the problem's own model, the course's ``ModelNew``, and the
     Triton operator where Triton and a GPU are here."""
     answers = {"Model (torch.selu)": kernelbench.Model(), "ModelNew (the course's operator)": kernelbench.ModelNew()}
-    if _device(device).type == "cuda" and triton_selu.register():
+    if check._device(device).type == "cuda" and triton_selu.register():
         answers["selu_triton (the Triton operator)"] = triton_selu.selu_triton
     return answers
 
@@ -63,7 +59,7 @@ def honest_answers(device=None) -> dict[str, torch.nn.Module]:
 def honest_table(device=None, dtypes=check.DTYPES) -> Markdown:
     """Every honest answer through the harness in every dtype: the verdict and how many calls
     it took."""
-    device = _device(device)
+    device = check._device(device)
     rows = []
     for name, answer in honest_answers(device).items():
         for dtype in dtypes:
@@ -77,7 +73,7 @@ def honest_table(device=None, dtypes=check.DTYPES) -> Markdown:
 def timed_answers(device=None) -> dict:
     """What :func:`speed` times: the honest answers but the problem's model (eager is a row
     of its own), and the cheats that aim at the timer."""
-    device = _device(device)
+    device = check._device(device)
     answers = {name: answer for name, answer in honest_answers(device).items() if not name.startswith("Model ")}
     for name in TIMING_CHEATS:
         cheat = cheats.GALLERY[name]
@@ -88,7 +84,7 @@ def timed_answers(device=None) -> dict:
 
 def measure_speed(device=None) -> dict:
     """:func:`helpers.evaluate.measure_speed` of :func:`timed_answers` at float32's problem size."""
-    return evaluate.measure_speed(timed_answers(device), device=_device(device))
+    return evaluate.measure_speed(timed_answers(device), device=check._device(device))
 
 
 def speed() -> tuple[dict, Markdown]:

@@ -358,16 +358,12 @@ def display_table(
 ) -> None:
     """:func:`table`, rendered as Markdown in Jupyter and printed elsewhere."""
     text = table(records, numel=numel, dtype=dtype, op=op, title=title)
-    try:
-        from IPython import get_ipython
+    if env.in_jupyter():
         from IPython.display import Markdown, display
-    except ImportError:
-        print(text)
-        return
-    if get_ipython() is None:  # plain Python (a script, pytest): no front end to render it
-        print(text)
-    else:
+
         display(Markdown(text))
+    else:
+        print(text)
 
 
 # --------------------------------------------------------------------------- figures

@@ -61,6 +61,8 @@ def test_figure_and_verdicts_say_what_the_table_says(tmp_path, monkeypatch):
     lines = str(course_report.verdicts(found, dtypes=(torch.float32,))).splitlines()
     assert lines[0] == ("- H100 float32: forward, the tuned kernel at 99.0% of the copy, the fastest row vectorized, "
                         "launch tuned on this GPU (99.0%); backward 97.0% (torch 90.0%); step 95.0% (torch 80.0%)")
+    partial = {"h100": {**table(), "records": [r for r in table()["records"] if r["op"] == "forward"]}}
+    assert "backward not measured (torch not measured)" in str(course_report.verdicts(partial, dtypes=(torch.float32,)))
 
 
 def test_committed_memory_and_curves_are_shown():

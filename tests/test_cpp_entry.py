@@ -127,3 +127,14 @@ def test_bad_input_gets_the_operators_error(entry_calls):
     assert entry_calls
     with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor'"):
         ops.selu_vectorized([1.0, 2.0])  # not a tensor: torch.ops' own error
+
+
+def test_the_entry_is_built_and_imported_once(monkeypatch):
+    """Switching the entry on and off (notebook 05 does it every round) must not run the
+    extension builder again, which checks the build with ninja each time."""
+    import torch.utils.cpp_extension
+
+    first = build.load_entry()
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", lambda **_: pytest.fail("the entry was loaded again"))
+    assert build.load_entry() is first
+    ops.use_cpp_entry()

@@ -137,9 +137,10 @@ def test_the_course_answer_passes_on_the_gpu():
 def test_flags_are_read_against_the_copys_fast_end():
     row = lambda answer, ms, q20: {"answer": answer, "median_ms": ms, "q20_ms": q20, "q80_ms": ms,  # noqa: E731
                                    "naive_median_ms": ms, "naive_q20_ms": q20, "naive_q80_ms": ms}
-    # A copy that ran slow in some calls (median 3.38, fast end 3.02): an answer at 3.06 is honest.
+    # A copy that ran slow in some calls (median 3.38, fast end 3.02): an answer at 3.00 is honest,
+    # though more than 10% below the copy's median.
     table = {"bytes": 12 * 10**9, "datasheet_gbps": 4800.0,
-             "rows": [row(evaluate.COPY_ROW, 3.38, 3.02), row(evaluate.EAGER_ROW, 3.39, 3.05), row("ok", 3.06, 3.05),
+             "rows": [row(evaluate.COPY_ROW, 3.38, 3.02), row(evaluate.EAGER_ROW, 3.39, 3.05), row("ok", 3.00, 3.00),
                       row("fast", 2.0, 2.0)]}
     assert evaluate.row_flags(table, table["rows"][2]) == []
     assert [f.split(":")[0] for f in evaluate.row_flags(table, table["rows"][3], "naive")] == [
