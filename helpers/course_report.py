@@ -23,20 +23,20 @@ a plain 10-line Triton SELU, and the Triton operator of notebook 05.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, NullFormatter
 import torch
 
-from . import backward, bench, check, compiled, env, ops, plot, results
+from . import backward, bench, check, compiled, env, ops, plot, results, tuning
 from .bench import dtype_name
 from .report import Markdown, _table, _with_config
 
 REPORT_FILE = "06_report.json"
 REPORT_FIGURE = "06_report"
 SLUGS = ("h100", "h200")
-# kernels/selu_vectorized.cu's default_config(), which every GPU starts from (a test reads it there).
-DEFAULT_LAUNCH = bench.launch_config(128, 2, 0)
+# kernels/selu_vectorized.cu's default_config(), which every GPU starts from.
+DEFAULT_LAUNCH = bench.launch_config(*tuning.DEFAULT_CONFIG)
 
 # Each record's variant, and what the report calls it, stage by stage and then the peers.
 LABELS = {
@@ -60,6 +60,17 @@ LABELS = {
     },
 }
 DEVICE_COLORS = {"h100": "tab:blue", "h200": "tab:orange"}  # the same GPU, the same colour, in every panel
+# The same variant, the same colour, in every panel of every curve figure.
+VARIANT_COLORS = dict(zip(dict.fromkeys(v for labels in LABELS.values() for v in labels), plt.get_cmap("tab20").colors[::2] + plt.get_cmap("tab20").colors[1::2]))
+
+CURVES_FILE = "06_curves.json"
+CURVES_FIGURE = "06_curves"
+# Throughput against size: four sizes from where launching is the whole cost (2^12) to where
+# the copy is near its plateau (2^24), one run each; each dtype's problem size is added from
+# the report table. Forward, backward and step, every dtype, every stage and peer.
+CURVE_SIZES = tuple(2**k for k in (12, 16, 20, 24))
+# Notebook 03's goal for its curve, applied to every stage against torch: from this size up.
+CURVE_GOAL_FROM = 2**16
 OP_TITLES = {"forward": "forward", "backward": "backward (from x)", "step": "a training step (forward + backward)"}
 
 
@@ -100,6 +111,120 @@ def _measure_dtypes(dtypes, device: torch.device, repeats: int) -> list[dict]:
         del x, grad
         bench._release_memory(device)
     return records
+
+
+def measure_curves(dtypes=check.DTYPES, sizes=CURVE_SIZES, device=None) -> dict:
+    """Every stage and peer of the report at each of ``sizes``, forward, backward and step, in
+    each dtype: one run per size, each with its copy; a table (dict) to save as JSON."""
+    device = check._device(device)
+    records = []
+    with compiled.autograd_rule("cpp"), compiled.cpp_entry(True):
+        for dtype in dtypes:
+            for numel in sizes:
+                x = bench.random_input(numel, dtype, device, seed=5)
+                grad = bench.random_input(numel, dtype, device, seed=6)
+                records += bench.measure(_forward_variants(dtype, device), numel, x=x)
+                records += bench.measure(compiled.backward_variants(grad), numel, x=x, op="backward")
+                records += bench.measure(backward.step_variants(grad), numel, x=x, op="step")
+            bench._release_memory(device)
+    return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "torch": torch.__version__,
+            "sizes": list(sizes), "records": records}
+
+
+def curves(report: dict[str, dict], slugs: tuple[str, ...] = SLUGS) -> dict[str, dict]:
+    """Each GPU's curves: on a GPU measured now (saved as ``06_curves.json``), the committed
+    ones for the other GPUs; each with the records of ``report`` (:func:`tables`) for the same
+    GPU appended, the problem size's point."""
+    found = {}
+    if env.can_build_cuda():
+        table = measure_curves()
+        results.save_table(table, CURVES_FILE)
+        found[table["device_slug"]] = table | {"source": "measured in this run"}
+    for slug in slugs:
+        if slug not in found and (table := results.load_table(CURVES_FILE, slug)) is not None:
+            found[slug] = table | {"source": "committed"}
+    return {slug: table | {"records": table["records"] + report.get(slug, {}).get("records", [])}
+            for slug, table in found.items()}
+
+
+def curves_figures(found: dict[str, dict], dtypes=check.DTYPES, save: bool = True) -> list:
+    """One figure per GPU: GB/s against size, a row per pass (forward, backward, step) and a
+    column per dtype, a line per stage and peer, the copy dashed. The figure of a GPU measured
+    in this run is saved as ``<device>/figures/06_curves``."""
+    figures = []
+    for slug, table in found.items():
+        fig, axes = plt.subplots(len(LABELS), len(dtypes), figsize=(3.3 * len(dtypes), 2.7 * len(LABELS)),
+                                 sharex=True, layout="constrained", squeeze=False)
+        data = {"figure": "report_curves", "device": table["device"], "source": table["source"], "panels": []}
+        for row, (op, labels) in zip(axes, LABELS.items()):
+            for ax, dtype in zip(row, dtypes):
+                name = dtype_name(dtype)
+                chosen = [r for r in table["records"] if r["op"] == op and r["dtype"] == name]
+                panel = {"op": op, "dtype": name, "series": {}}
+                for variant in (bench.COPY, *labels):
+                    points = sorted(((r["numel"], r["gbps"]) for r in chosen
+                                     if r["variant"] == variant), key=lambda p: p[0])
+                    if not points:
+                        continue
+                    numel, gbps = zip(*points)
+                    if variant == bench.COPY:
+                        ax.plot(numel, gbps, "--", color="black", linewidth=1.2, label="copy of the same bytes")
+                    else:
+                        ax.plot(numel, gbps, marker="o", markersize=3, linewidth=1.2, label=labels[variant],
+                                color=VARIANT_COLORS[variant])
+                    panel["series"][variant] = {"numel": list(numel), "gbps": list(gbps)}
+                ax.set_xscale("log", base=2)
+                ax.set_yscale("log")  # a linear axis hides every size where launching is the cost
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+                ax.yaxis.set_minor_formatter(NullFormatter())
+                ax.set_title(f"{OP_TITLES[op]}, {name}", fontsize=8)
+                ax.grid(True, which="major", alpha=0.3)
+                ax.tick_params(labelsize=7)
+                data["panels"].append(panel)
+            row[0].set_ylabel("GB/s", fontsize=8)
+            # One legend per row, beside it (off the lines), with every line of the row's panels.
+            handles = {label: handle for ax in row for handle, label in zip(*ax.get_legend_handles_labels())}
+            row[-1].legend(handles.values(), handles.keys(), fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        for ax in axes[-1]:
+            ax.set_xlabel("elements", fontsize=8)
+        fig.suptitle(f"SELU throughput against size on {table['device']} ({table['source']}); "
+                     "the largest point is each dtype's problem size", fontsize=9)
+        plt.close(fig)
+        if save and table["source"] == "measured in this run":
+            plot.save_figure(fig, data, results.figure_path(CURVES_FIGURE, slug))
+        figures.append(fig)
+    return figures
+
+
+def _size(numel: int) -> str:
+    return f"2^{numel.bit_length() - 1}" if numel & (numel - 1) == 0 else f"{numel:,} elements"
+
+
+def curve_verdicts(found: dict[str, dict], dtypes=check.DTYPES, smallest: int = CURVE_GOAL_FROM) -> Markdown:
+    """Per GPU, dtype and pass, from ``smallest`` elements up: the course's kernel (the tuned
+    forward, the backward kernel, the operator's step) against torch's eager counterpart of
+    the same run, the worst ratio of throughputs and where."""
+    ours = {"forward": "selu_vectorized", "backward": "selu_backward", "step": "selu_course_autograd"}
+    theirs = {"forward": "torch_eager", "backward": "torch_eager", "step": "torch_autograd"}
+    lines = []
+    for slug, table in found.items():
+        for dtype in dtypes:
+            name, cells = dtype_name(dtype), []
+            for op in LABELS:
+                runs: dict[str, dict[str, dict]] = {}
+                for r in table["records"]:
+                    if r["op"] == op and r["dtype"] == name and r["numel"] >= smallest and r.get("config") is None:
+                        runs.setdefault(r["run"], {})[r["variant"]] = r
+                ratios = {run[ours[op]]["numel"]: run[theirs[op]]["median_ms"] / run[ours[op]]["median_ms"]
+                          for run in runs.values() if ours[op] in run and theirs[op] in run}
+                if ratios:
+                    worst = min(ratios, key=ratios.get)
+                    cells.append(f"{op} {ratios[worst]:.2f}× at {_size(worst)}")
+            if cells:
+                lines.append(f"- {slug.upper()} {name}: " + "; ".join(cells))
+    return Markdown(f"*The course's kernel against torch eager, throughput ratio (above 1: ours faster), the worst "
+                    f"size from {_size(smallest)} elements up:*\n\n" + "\n".join(lines)
+                    if lines else "*no curves*")
 
 
 def tables(slugs: tuple[str, ...] = SLUGS) -> dict[str, dict]:
@@ -178,7 +303,8 @@ def roofline_figure(found: dict[str, dict], dtypes=check.DTYPES, op: str = "forw
         data["panels"].append(panel)
     axes[0].set_yticks(range(len(labels)), list(labels.values()), fontsize=8)
     axes[0].invert_yaxis()
-    axes[-1].legend(fontsize=7, loc="lower right")
+    # Below the panels, not over a bar.
+    fig.legend(*axes[-1].get_legend_handles_labels(), fontsize=7, loc="outside lower center", ncols=len(found))
     fig.suptitle(f"SELU {OP_TITLES[op]} at each dtype's problem size, against a copy of the same bytes", fontsize=10)
     plt.close(fig)
     if save:
@@ -202,12 +328,6 @@ def memory_table(slugs: tuple[str, ...] = SLUGS) -> Markdown:
     lines = _table(["GPU", "forward", "peak GB", "peak / one tensor"], ["---", "---", "---:", "---:"], rows)
     return Markdown(f"*committed records of notebook 04 ({'; '.join(devices)}): peak memory of one forward and "
                     f"backward of SELU on h = x·2, float32 at the reference size*\n\n" + "\n".join(lines))
-
-
-def curve_figures(slugs: tuple[str, ...] = SLUGS, name: str = "03_vectorized_throughput") -> list[Path]:
-    """The committed throughput-against-size figures of notebook 03, one per GPU."""
-    return [path for slug in slugs
-            if (path := env.REPO_ROOT / "results" / slug / "figures" / f"{name}.png").exists()]
 
 
 def default_launch_in_source() -> dict:
@@ -242,14 +362,3 @@ def verdicts(found: dict[str, dict], dtypes=check.DTYPES) -> Markdown:
                          f"row {best} ({_pct(forward[best])}); backward {_pct(ours_back)} (torch {_pct(theirs_back)}); "
                          f"step {_pct(ours_step)} (torch {_pct(theirs_step)})")
     return Markdown("\n".join(lines) or "*no report table*")
-
-
-def show_curves(slugs: tuple[str, ...] = SLUGS) -> None:
-    """Display :func:`curve_figures` (in Jupyter; their paths elsewhere)."""
-    for path in curve_figures(slugs):
-        if env.in_jupyter():
-            from IPython.display import Image, display
-
-            display(Image(filename=str(path)))
-        else:
-            print(path.relative_to(env.REPO_ROOT))

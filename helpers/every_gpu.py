@@ -150,13 +150,16 @@ def tuning_table(tables: dict[str, dict]) -> Markdown:
             times, copy = entry["times_ms"], entry["copy_ms"]
             old = times.get(f"256,{1 if dtype in ('float32', 'float64') else 4},0")
             worst = max(times, key=times.get)
-            rows.append([f"{slug.upper()} ({_source(slug)})", dtype, entry["label"], _pct(times[",".join(map(str, entry["config"]))], copy),
+            # Records from before the rounds existed have no "kept_default".
+            chosen = entry["label"] + (" (the default, kept)" if entry.get("kept_default") else "")
+            rows.append([f"{slug.upper()} ({_source(slug)})", dtype, chosen, _pct(times[",".join(map(str, entry["config"]))], copy),
                          f"{_pct(times[worst], copy)} ({worst})", _pct(old, copy) if old else "–"])
     if not rows:
         return Markdown("no tuning records yet: they are made on a GPU, by build.load")
     header = ["GPU", "dtype", "chosen", "chosen: % of copy speed", "worst candidate", "before tuning (256 threads)"]
-    return Markdown("*share of the copy's speed (copy ms / kernel ms) at the tuning size "
-                    f"({env.REFERENCE_NUMEL:,} elements where it fits)*\n\n"
+    return Markdown("*share of the copy's speed (copy ms / kernel ms) in the first pass, at the tuning size "
+                    f"({env.REFERENCE_NUMEL:,} elements where it fits); \"the default, kept\": no finalist beat "
+                    "the default launch in every round*\n\n"
                     + "\n".join(_table(header, ["---"] * 3 + ["---:"] * 3, rows)))
 
 

@@ -8,20 +8,25 @@ figures they write to ``reproduced/<device>/`` (``benchmarks.json``, ``figures/`
 laid out as ``results/<device>/`` is, so the two compare file by file. The
 notebooks in ``notebooks/`` are never written to.
 
-Before the notebooks, every kernel library is built at once, each in a process of its
-own, so that the builds share the machine's cores instead of waiting for each other
-inside the notebooks (``--no-prebuild`` leaves them to the notebooks). At the end it
-writes ``reproduced/<device>/report.md``: how long each notebook took, where everything
-is, this run's report beside the committed ones (notebook 06), and, without a GPU,
-which of the committed GPU tables this machine could not measure.
+Before the notebooks, everything they compile is built at once, each build in a process
+of its own, so that the builds share the machine's cores instead of waiting for each
+other inside the notebooks (``--no-prebuild`` leaves them to the notebooks): every
+kernel library, and every notebook cell tagged ``build`` (notebook 02's ``load_inline``
+extensions and PTX listings), run after the cells tagged ``sources`` that it needs.
+Both land in caches (``.build/``) that the notebooks then find. At the end it writes
+``reproduced/<device>/report.md``: how long each notebook took and its slowest cells,
+where everything is, this run's report beside the committed ones (notebook 06), and,
+without a GPU, which of the committed GPU tables this machine could not measure.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,8 +48,9 @@ def notebooks(prefixes: list[str] | None = None) -> list[Path]:
     return found
 
 
-def execute(notebook: Path, destination: Path, timeout_s: int = 3600) -> float:
-    """Run ``notebook`` top to bottom in a fresh python3 kernel; save the executed copy."""
+def execute(notebook: Path, destination: Path, timeout_s: int = 3600, working_dir: Path | None = None) -> float:
+    """Run ``notebook`` top to bottom in a fresh python3 kernel (started in ``working_dir``,
+    by default the notebook's folder); save the executed copy."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -54,7 +60,7 @@ def execute(notebook: Path, destination: Path, timeout_s: int = 3600) -> float:
         nb,
         timeout=timeout_s,
         kernel_name="python3",
-        resources={"metadata": {"path": str(notebook.parent)}},
+        resources={"metadata": {"path": str(working_dir or notebook.parent)}},
     )
     try:
         client.execute()
@@ -64,39 +70,105 @@ def execute(notebook: Path, destination: Path, timeout_s: int = 3600) -> float:
     return time.perf_counter() - started
 
 
-def prebuild() -> list[str]:
+BUILD_TAG = "build"  # a cell that compiles something, which the prebuild runs ahead of time
+SOURCES_TAG = "sources"  # a cell that a later build cell needs first: imports, a kernel's source text
+
+
+def build_cell_jobs(notebook: Path) -> dict:
+    """A small notebook for each code cell of ``notebook`` tagged ``build``: the cells tagged
+    ``sources`` above it, then it; keyed ``<notebook stem>, cell <index>``."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    jobs, needed = {}, []
+    for index, cell in enumerate(nb.cells):
+        tags = cell.metadata.get("tags", []) if cell.cell_type == "code" else []
+        if BUILD_TAG in tags:
+            jobs[f"{notebook.stem}, cell {index}"] = nbformat.v4.new_notebook(cells=[*needed, cell],
+                                                                             metadata=nb.metadata)
+        if SOURCES_TAG in tags:
+            needed.append(cell)
+    return jobs
+
+
+def prebuild(notebook_paths: list[Path] = ()) -> dict[str, str]:
     """Build every kernel library (the device kernels, the C++ autograd rule, the C++ entry),
-    each in a process of its own, all at once; returns the ones that failed (a notebook that
-    needs one then reports the compiler's message)."""
+    and run the build cells of ``notebook_paths`` (:func:`build_cell_jobs`), each in a
+    process of its own, all at once; returns the ones that failed, each with the last line
+    its process wrote to stderr (a notebook that needs one then reports the whole message)."""
     from . import build
 
     scripts = {kernel: f"from helpers import build; build.load({kernel!r})"
                for kernel in (*build.KERNELS, *build.AUTOGRAD_KERNELS)}
     scripts["entry"] = "from helpers import build; build.load_entry()"
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(env.REPO_ROOT), environment.get("PYTHONPATH")]))
-    # Each build runs ninja with this many jobs; together they fill the machine once.
-    environment["MAX_JOBS"] = str(max(1, (os.cpu_count() or 2) // len(scripts)))
-    running = {kernel: subprocess.Popen([sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-               for kernel, script in scripts.items()}
-    return [kernel for kernel, process in running.items() if process.wait() != 0]
+    with tempfile.TemporaryDirectory(prefix="prebuild-") as scratch:
+        import nbformat
+
+        for notebook in notebook_paths:
+            for label, job in build_cell_jobs(notebook).items():
+                path = Path(scratch) / f"{len(scripts)}.ipynb"
+                nbformat.write(job, path)
+                scripts[label] = (f"from pathlib import Path; from helpers.reproduce import execute; "
+                                  f"execute(Path({str(path)!r}), Path({str(path)!r}), timeout_s=1200, "
+                                  f"working_dir=Path({str(notebook.parent)!r}))")
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(env.REPO_ROOT), environment.get("PYTHONPATH")]))
+        # Each build runs ninja with this many jobs; together they fill the machine about once
+        # (at least 2: an inline extension compiles its C++ and its CUDA file side by side).
+        environment["MAX_JOBS"] = str(max(2, (os.cpu_count() or 2) // len(scripts)))
+        running = {}
+        for number, (label, script) in enumerate(scripts.items()):
+            # stderr to a file, not a pipe: a full pipe would stall a build until it is read.
+            with open(Path(scratch) / f"{number}.stderr", "w") as stderr:
+                running[label] = (subprocess.Popen([sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment,
+                                                   stdout=subprocess.DEVNULL, stderr=stderr), stderr.name)
+        failed = {}
+        for label, (process, stderr) in running.items():
+            if process.wait() != 0:
+                lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
+                failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
+        return failed
+
+
+def slowest_cells(notebook: Path, count: int = 3) -> list[tuple[int, float]]:
+    """The ``count`` slowest code cells of an executed notebook, as (index, seconds), from the
+    timings nbclient writes into each cell's metadata."""
+    import nbformat
+
+    def seconds(cell) -> float | None:
+        timing = cell.metadata.get("execution", {})
+        start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+        if not (start and end):
+            return None
+        parse = datetime.datetime.fromisoformat
+        return (parse(end.replace("Z", "+00:00")) - parse(start.replace("Z", "+00:00"))).total_seconds()
+
+    timed = [(i, s) for i, cell in enumerate(nbformat.read(notebook, as_version=4).cells)
+             if cell.cell_type == "code" and (s := seconds(cell)) is not None]
+    return sorted(timed, key=lambda item: -item[1])[:count]
 
 
 def _tables(folder: Path) -> set[str]:
     return {path.name for path in folder.glob("*.json")} if folder.exists() else set()
 
 
-def write_summary(root: Path, slug: str, timings: dict[str, float | None], started: float) -> Path:
-    """``root/report.md``: each notebook's time, where things are, the report of this run
-    beside the committed ones, and what this machine could not measure."""
+def write_summary(root: Path, slug: str, timings: dict[str, float | None], started: float,
+                  prebuild_s: float | None = None) -> Path:
+    """``root/report.md``: the time of the builds and of each notebook with its slowest cells,
+    where things are, the report of this run beside the committed ones, and what this
+    machine could not measure."""
     from . import course_report
 
     total = time.perf_counter() - started
     lines = [f"# Reproduced on {slug}", "",
              f"{len(timings)} notebook{'s' if len(timings) != 1 else ''} in {total / 60:.1f} min, builds included.", "",
-             "| notebook | seconds |", "|---|---:|"]
-    lines += [f"| {name} | {'FAILED' if seconds is None else f'{seconds:.0f}'} |" for name, seconds in timings.items()]
+             "| step | seconds | slowest cells (index: seconds) |", "|---|---:|---|"]
+    if prebuild_s is not None:
+        lines.append(f"| builds, all at once | {prebuild_s:.0f} | |")
+    for name, seconds in timings.items():
+        executed = root / "notebooks" / f"{name}.ipynb"
+        cells = ", ".join(f"{i}: {s:.0f}" for i, s in slowest_cells(executed)) if executed.exists() else ""
+        lines.append(f"| {name} | {'FAILED' if seconds is None else f'{seconds:.0f}'} | {cells} |")
     lines += ["", f"- executed notebooks: `{os.path.relpath(root / 'notebooks', env.REPO_ROOT)}/`",
               f"- records, tables and figures: `{os.path.relpath(root, env.REPO_ROOT)}/` (laid out as `results/<device>/`)",
               "- committed references: " + ", ".join(f"`results/{s}/`" for s in course_report.SLUGS), ""]
@@ -135,14 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HELPERS_RESULTS_DIR"] = str(output_dir)
     os.environ[env.HEADLESS_ENV_VAR] = "1"
     started = time.perf_counter()
+    chosen = notebooks(args.prefixes)
+    prebuild_s = None
     if not args.no_prebuild:
-        failed = prebuild()
-        print(f"kernels built in {time.perf_counter() - started:.0f} s"
-              + (f"; failed: {', '.join(failed)} (the notebooks that load them will say why)" if failed else ""),
+        failed = prebuild(chosen)
+        prebuild_s = time.perf_counter() - started
+        print(f"kernels and build cells built in {prebuild_s:.0f} s"
+              + (f"; failed: {'; '.join(f'{label} ({why[-300:]})' for label, why in failed.items())} "
+                 "(the notebooks that need them will say more)" if failed else ""),
               flush=True)
     failures = 0
     timings: dict[str, float | None] = {}
-    for notebook in notebooks(args.prefixes):
+    for notebook in chosen:
         target = root / "notebooks" / notebook.name
         print(f"{notebook.name} ...", flush=True)
         try:
@@ -153,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             failures += 1
             timings[notebook.stem] = None
             print(f"{notebook.name}: FAILED: {str(error)[-2000:]}", file=sys.stderr, flush=True)
-    summary = write_summary(root, root.name, timings, started)
+        write_summary(root, root.name, timings, started, prebuild_s)  # after each: a cut-off run keeps its times
+    summary = write_summary(root, root.name, timings, started, prebuild_s)
     print(f"done in {(time.perf_counter() - started) / 60:.1f} min; summary: {os.path.relpath(summary, env.REPO_ROOT)}",
           flush=True)
     return 1 if failures else 0

@@ -70,11 +70,18 @@ void count_node(AutogradContext* ctx) {
 
 // region: function
 // The backward needs x alone, as the Python rule saves it: not the output, and no
-// gradient for the launch configuration's ints. It calls selu_backward through the
-// dispatcher, so a gradient of this gradient (create_graph=True) goes through
-// selu_backward's own autograd rule (helpers/ops.py), as it does from Python.
+// gradient for the launch configuration's ints. With create_graph=True (grad mode on
+// in here) it calls selu_backward through the dispatcher from the top, so the gradient
+// of this gradient goes through selu_backward's own autograd rule (helpers/ops.py), as
+// it does from Python. Otherwise it calls below the Autograd key: that rule is a Python
+// function, which would run on every backward for nothing to record, and take the GIL
+// from autograd's thread to do it.
 variable_list backward_from_saved_input(AutogradContext* ctx, const variable_list& grad_outputs) {
   const at::Tensor x = ctx->get_saved_variables()[0];
+  if (at::GradMode::is_enabled()) {
+    return {selu_backward_op().call(grad_outputs[0], x)};
+  }
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
   return {selu_backward_op().call(grad_outputs[0], x)};
 }
 

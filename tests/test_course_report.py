@@ -4,7 +4,10 @@
 * Every ratio is taken against the copy of the record's own run, and a missing row
   shows as a dash, not as a number.
 * The figure plots what the table says, and the verdicts name the fastest row.
-* On the CPU, :func:`measure` runs every stage and peer (small sizes, one run).
+* On the CPU, :func:`measure` and :func:`measure_curves` run every stage and peer
+  (small sizes, one run).
+* The curves add the report's point at the problem size, are saved only where they
+  were measured, and their verdicts take the worst size within one run.
 """
 from __future__ import annotations
 
@@ -34,10 +37,6 @@ def table(device="a GPU"):
     return {"device": device, "source": "test", "records": records}
 
 
-def test_the_default_launch_is_the_kernels():
-    assert course_report.default_launch_in_source() == course_report.DEFAULT_LAUNCH
-
-
 def test_ratios_are_within_a_run_and_missing_rows_show_a_dash():
     found = {"h100": table()}
     assert course_report.pct_of_copy(found["h100"], "forward", "float32", "selu_naive") == pytest.approx(20.0)
@@ -65,9 +64,54 @@ def test_figure_and_verdicts_say_what_the_table_says(tmp_path, monkeypatch):
     assert "backward not measured (torch not measured)" in str(course_report.verdicts(partial, dtypes=(torch.float32,)))
 
 
-def test_committed_memory_and_curves_are_shown():
+def test_committed_memory_table_is_shown():
     assert "| H100 | torch.selu |" in str(course_report.memory_table())
-    assert len(course_report.curve_figures()) == 2
+
+
+def curve_table(source):
+    """Our kernel at two sizes, each in a run of its own with torch eager and the copy."""
+    records = []
+    for numel, ours, eager in ((2**12, 5.0, 10.0), (2**20, 90.0, 100.0)):
+        for variant, gbps in (("copy", 100.0), ("selu_vectorized", ours), ("torch_eager", eager)):
+            records.append(record(variant, "forward", "float32", f"n{numel}", gbps) | {"numel": numel})
+    return {"device": "a GPU", "device_slug": "h100", "source": source, "records": records}
+
+
+def test_curves_add_the_report_point_and_save_only_what_was_measured_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(course_report.env, "can_build_cuda", lambda: True)
+    monkeypatch.setattr(course_report, "measure_curves", lambda: curve_table("x"))
+    report = {"h100": {"records": [record("selu_vectorized", "forward", "float32", "big", 99.0) | {"numel": 2**30}]}}
+    found = course_report.curves(report, slugs=("h100",))
+    assert found["h100"]["source"] == "measured in this run"
+    assert [r["numel"] for r in found["h100"]["records"]][-1] == 2**30  # the report's point, appended
+    assert json.loads((tmp_path / "h100" / "06_curves.json").read_text())["records"][0]["numel"] == 2**12
+    course_report.curves_figures(found, dtypes=(torch.float32,))
+    data = json.loads((tmp_path / "h100" / "figures" / "06_curves.json").read_text())
+    series = data["panels"][0]["series"]
+    assert series["selu_vectorized"]["numel"] == [2**12, 2**20, 2**30]
+    committed = {"h200": curve_table("committed")}
+    course_report.curves_figures(committed, dtypes=(torch.float32,))
+    assert not (tmp_path / "h200").exists()  # a committed table is drawn, never re-saved
+
+
+def test_curve_verdicts_take_the_worst_size_from_the_goal_up():
+    found = {"h100": curve_table("test")}
+    text = str(course_report.curve_verdicts(found, dtypes=(torch.float32,), smallest=2**12))
+    assert "- H100 float32: forward 0.50× at 2^12" in text
+    text = str(course_report.curve_verdicts(found, dtypes=(torch.float32,), smallest=2**16))
+    assert "- H100 float32: forward 0.90× at 2^20" in text  # 2^12 is below the goal's range
+
+
+def test_measure_curves_runs_every_stage_on_the_cpu():
+    for kernel in ("selu_naive", "selu_vectorized", "selu_backward"):
+        build.load(kernel, backend="cpu")
+    measured = course_report.measure_curves(dtypes=(torch.float32,), sizes=(2**8, 2**10), device="cpu")
+    variants = {(r["op"], r["variant"], r["numel"]) for r in measured["records"]}
+    for op, labels in course_report.LABELS.items():
+        for variant in labels:
+            if variant not in ("triton", "selu_triton", "selu_triton_backward", "torch_compile"):
+                assert {(op, variant, 2**8), (op, variant, 2**10)} <= variants, (op, variant)
 
 
 def test_measure_runs_every_stage_on_the_cpu(monkeypatch):

@@ -163,6 +163,41 @@ def test_records_nothing_where_no_gradient_is_wanted(name):
     assert call(name, leaf).requires_grad
 
 
+def python_frames_during(fn) -> set[str]:
+    """The files of every Python function that ``fn()`` calls, below ``fn`` itself."""
+    import sys
+
+    files: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            files.add(frame.f_code.co_filename.replace("\\", "/"))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return files
+
+
+def test_a_first_order_backward_runs_no_python():
+    """The backward of the C++ rule calls selu_backward below its autograd key when no
+    gradient of the gradient is wanted: that key's kernel is a Python rule (the double
+    backward), which would run, and take the GIL, on every backward. With
+    ``create_graph=True`` it must run, and the gradient of the gradient is recorded."""
+    ops.enable_cpp_backward()
+    leaf = torch.randn(100, requires_grad=True)
+    y = ops.selu_vectorized(leaf)
+    grad = torch.randn(100)
+    files = python_frames_during(lambda y=y: torch.autograd.grad(y, leaf, grad, retain_graph=True))
+    assert not [f for f in files if "torch/_library/" in f], sorted(files)
+    (first,) = torch.autograd.grad(y, leaf, grad, create_graph=True)
+    assert first.grad_fn is not None  # through selu_backward's own rule
+    assert torch.equal(first.detach(), ops.selu_backward(grad, leaf.detach()))
+    del y, first  # graph nodes of the C++ library: gone before the fixture switches rules
+
+
 @pytest.mark.parametrize("rule", ops.AUTOGRAD_RULES)
 def test_saves_only_x_as_the_python_rule_does(rule):
     ops.set_autograd_rule(rule)

@@ -43,15 +43,66 @@ def test_prebuild_builds_every_library(monkeypatch):
         def __init__(self, command, **options):
             self.script = command[-1]
             started.append((self.script, options["env"]["MAX_JOBS"]))
+            self.returncode = 1 if "'mistakes'" in self.script else 0  # as if that build failed
+            if self.returncode:
+                options["stderr"].write("building...\nRuntimeError: Error building extension 'mistakes'\n\n")
 
         def wait(self):
-            return 1 if "'mistakes'" in self.script else 0  # as if that build failed
+            return self.returncode
 
     monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
-    failed = reproduce.prebuild()
+    failed = reproduce.prebuild(reproduce.notebooks(["02"]))
     scripts = [script for script, _ in started]
     assert any("build.load('selu_vectorized')" in s for s in scripts)
     assert any("build.load('selu_autograd')" in s for s in scripts)
     assert any("build.load_entry()" in s for s in scripts)
-    assert failed == ["mistakes"]
-    assert all(int(jobs) >= 1 for _, jobs in started)
+    assert sum("helpers.reproduce import execute" in s for s in scripts) == len(
+        reproduce.build_cell_jobs(reproduce.notebooks(["02"])[0]))  # one process per build cell of notebook 02
+    assert failed == {"mistakes": "RuntimeError: Error building extension 'mistakes'"}
+    assert all(int(jobs) >= 2 for _, jobs in started)
+
+
+def tagged(source, *tags):
+    cell = nbformat.v4.new_code_cell(source)
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    return cell
+
+
+def test_a_build_job_is_the_sources_above_it_and_the_build_cell(tmp_path):
+    notebook = tmp_path / "07_probe.ipynb"
+    cells = [tagged("import torch", "sources"), tagged("A = 1", "sources"), tagged("print('timed')"),
+             tagged("built = A + 1", "build"), tagged("B = 2", "sources"), tagged("built = B", "build", "sources")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), notebook)
+    jobs = reproduce.build_cell_jobs(notebook)
+    assert list(jobs) == ["07_probe, cell 3", "07_probe, cell 5"]
+    assert [c.source for c in jobs["07_probe, cell 3"].cells] == ["import torch", "A = 1", "built = A + 1"]
+    assert [c.source for c in jobs["07_probe, cell 5"].cells] == ["import torch", "A = 1", "B = 2", "built = B"]
+
+
+def test_the_slowest_cells_come_from_nbclients_timings(tmp_path):
+    def timed(seconds):
+        cell = nbformat.v4.new_code_cell("pass")
+        cell.metadata["execution"] = {"iopub.execute_input": "2026-01-01T00:00:00.000000Z",
+                                      "shell.execute_reply": f"2026-01-01T00:00:{seconds:02d}.500000Z"}
+        return cell
+
+    notebook = tmp_path / "executed.ipynb"
+    cells = [nbformat.v4.new_markdown_cell("text"), timed(3), nbformat.v4.new_code_cell("untimed"), timed(40), timed(7)]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), notebook)
+    assert reproduce.slowest_cells(notebook, count=2) == [(3, 40.5), (4, 7.5)]
+
+
+@pytest.mark.skipif(not (env.REPO_ROOT / "notebooks").exists(), reason="needs the notebooks")
+def test_notebook_02s_first_build_job_runs_on_its_own(tmp_path):
+    """The cells tagged ``sources`` are all that the load_inline cell needs: its job, run in a
+    fresh kernel as the prebuild runs it, finishes without an error."""
+    notebook = reproduce.notebooks(["02"])[0]
+    label, job = next(iter(reproduce.build_cell_jobs(notebook).items()))
+    assert "load_inline" in job.cells[-1].source, label
+    path = tmp_path / "job.ipynb"
+    nbformat.write(job, path)
+    reproduce.execute(path, path, timeout_s=900, working_dir=notebook.parent)
+    executed = nbformat.read(path, as_version=4)
+    assert not [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert "imported relu_inline_" in "".join(o.get("text", "") for o in executed.cells[-1].outputs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import build, env, ops, tuning
+from helpers import bench, build, env, ops, tuning
 
 
 def test_candidates_are_valid_launches():
@@ -21,6 +21,22 @@ def test_tuning_size_is_the_reference_where_it_fits():
     smaller = tuning.tuning_numel(torch.float64, 24 * 2**30)  # a 24 GB card: fp64 does not fit
     assert smaller < env.REFERENCE_NUMEL and smaller & (smaller - 1) == 0
     assert 2 * 8 * smaller <= tuning.MEMORY_FRACTION * 24 * 2**30
+
+
+def test_the_default_launch_is_the_kernels():
+    from helpers import course_report
+
+    assert course_report.default_launch_in_source() == bench.launch_config(*tuning.DEFAULT_CONFIG)
+
+
+def test_a_finalist_replaces_the_default_only_beyond_the_spread_of_the_rounds():
+    default, other = tuning.DEFAULT_CONFIG, (256, 1, 0)
+    # 1% faster by the median, but the rounds overlap: the default stays.
+    assert tuning.choose({default: [1.00, 1.03, 0.99], other: [0.99, 0.98, 1.00]}) == default
+    # Faster in every round than the default in any: it wins.
+    assert tuning.choose({default: [1.00, 1.03, 0.99], other: [0.97, 0.96, 0.98]}) == other
+    # The default itself the fastest: nothing to replace.
+    assert tuning.choose({default: [0.90, 0.91, 0.92], other: [0.97, 0.96, 0.98]}) == default
 
 
 def test_nothing_to_tune_without_a_gpu():
