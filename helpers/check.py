@@ -606,6 +606,18 @@ class CheckReport:
             f"NaN pattern {_ok(w.nan_match)}, ±inf {_ok(w.inf_match)}, sign of zero {_ok(w.zero_sign)}"
         )
 
+    def _abs_err_note(self) -> str | None:
+        """Why a passing report may show a huge absolute error: it comes from the largest
+        inputs, where one ulp is itself huge; the verdict is in ulps."""
+        worst = self.worst.max_abs
+        if worst is None or not worst > 1.0:
+            return None
+        info = torch.finfo(self.dtype)
+        top = torch.tensor(info.max, dtype=self.dtype)
+        ulp_at_top = float(top) - float(torch.nextafter(top, torch.zeros_like(top)))
+        return (f"(abs err grows with the value: next to the largest {str(self.dtype).replace('torch.', '')}, "
+                f"{info.max:.3g}, one ulp is {ulp_at_top:.3g}; the verdict is in ulps)")
+
     def _groups(self) -> dict[str, list[CaseResult]]:
         groups: dict[str, list[CaseResult]] = {}
         for case in self.cases:
@@ -614,6 +626,8 @@ class CheckReport:
 
     def __str__(self) -> str:
         lines = [self._headline(), "  " + self._worst_line()]
+        if (note := self._abs_err_note()) is not None:
+            lines.append("  " + note)
         failing_groups = []
         for group, cases in self._groups().items():
             bad = [c for c in cases if not c.passed]
@@ -649,6 +663,8 @@ class CheckReport:
                 f"| {(bad[0].name + ': ' + bad[0].problem).replace('|', '/') if bad else ''} |"
             )
         text = f"**{self._headline()}**\n\n" + "\n".join(rows)
+        if (note := self._abs_err_note()) is not None:
+            text += f"\n\n*{note}*"
         failure = self.first_failure()
         if failure is not None:
             text += "\n\nFirst bad elements:\n\n```\n" + repr(failure) + "\n```"

@@ -60,8 +60,6 @@ LABELS = {
     },
 }
 DEVICE_COLORS = {"h100": "tab:blue", "h200": "tab:orange"}  # the same GPU, the same colour, in every panel
-# The same variant, the same colour, in every panel of every curve figure.
-VARIANT_COLORS = dict(zip(dict.fromkeys(v for labels in LABELS.values() for v in labels), plt.get_cmap("tab20").colors[::2] + plt.get_cmap("tab20").colors[1::2]))
 
 CURVES_FILE = "06_curves.json"
 CURVES_FIGURE = "06_curves"
@@ -171,7 +169,7 @@ def curves_figures(found: dict[str, dict], dtypes=check.DTYPES, save: bool = Tru
                         ax.plot(numel, gbps, "--", color="black", linewidth=1.2, label="copy of the same bytes")
                     else:
                         ax.plot(numel, gbps, marker="o", markersize=3, linewidth=1.2, label=labels[variant],
-                                color=VARIANT_COLORS[variant])
+                                color=plot.variant_color(variant))
                     panel["series"][variant] = {"numel": list(numel), "gbps": list(gbps)}
                 ax.set_xscale("log", base=2)
                 ax.set_yscale("log")  # a linear axis hides every size where launching is the cost

@@ -84,6 +84,7 @@ __all__ = [
     "int32_count_demo",
     # section 3f: zeros_like
     "zeros_like_ratio",
+    "zeros_like_summary",
     # section 3g: streams
     "StreamRace",
     "stream_race",
@@ -723,6 +724,33 @@ def zeros_like_ratio(records: list[dict], *, numel: int | None = None) -> float 
     if zeros is None or empty is None:
         return None
     return zeros["median_ms"] / empty["median_ms"]
+
+
+ZERO_FILL = "zeros_like_alone"  # the fill by itself, timed beside the two allocations
+
+
+def zeros_like_summary(records: list[dict], *, numel: int | None = None) -> str:
+    """What the records say of ``zeros_like``: its time over ``empty_like``'s, with the range
+    over repeated runs, against the 1.5× the bytes predict; and the zero fill alone (a pure
+    write), its write bandwidth beside the copy's, and whether fill + kernel adds up."""
+    ratio = zeros_like_ratio(records, numel=numel)
+    if ratio is None:
+        return "no records of both allocations"
+    zeros = results.find(records, "selu_naive_out_zeros_like", numel=numel)
+    empty = results.find(records, "selu_naive_out_empty_like", numel=numel)
+    runs = [z / e for z, e in zip(zeros.get("repeat_medians_ms", []), empty.get("repeat_medians_ms", []))]
+    spread = f" ({min(runs):.2f}–{max(runs):.2f}× over {len(runs)} runs)" if len(runs) > 1 else ""
+    lines = [f"zeros_like / empty_like: {ratio:.2f}×{spread}; predicted from the bytes: 1.5×"]
+    fill = results.find(records, ZERO_FILL, numel=numel)
+    copy = results.find(records, bench.COPY, numel=zeros["numel"], dtype=zeros["dtype"])
+    if fill is None:
+        return "\n".join(lines + ["(no record of the zero fill alone)"])
+    written_gbps = fill["numel"] * torch.empty((), dtype=getattr(torch, fill["dtype"])).element_size() / fill["median_ms"] / 1e6
+    lines.append(f"the zero fill alone: {fill['median_ms']:.3f} ms, writing {written_gbps:.0f} GB/s"
+                 + (f" (the copy of the same run: {copy['gbps']:.0f} GB/s read + written)" if copy else ""))
+    lines.append(f"empty_like's kernel + the fill alone: {empty['median_ms'] + fill['median_ms']:.3f} ms; "
+                 f"zeros_like measured: {zeros['median_ms']:.3f} ms")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- section 3g: streams

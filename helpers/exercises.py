@@ -250,3 +250,80 @@ def check_findings_answer(answer: dict | None, device=None) -> Answer:
     if wrong:
         return Answer("wrong", "; ".join(wrong))
     return Answer("right", "each one as the harness reports it")
+
+
+def check_int32_index_answer(cuda_source: str | None, kernel: str = "relu_kernel") -> Answer:
+    """Notebook 02, exercise 1: ``cuda_source`` computes ``kernel``'s index in 32 bits. Its
+    PTX then has no ``mul.wide.u32`` (section 1's 32 × 32 → 64-bit multiply); the answer
+    says which 32-bit instruction computes the index and which one widens it to 64 bits
+    for the address."""
+    from . import env, nvcc
+
+    if cuda_source is None:
+        return _open("set your_source to RELU_CUDA with the index line changed to int i = ...")
+    if env.nvcc_path() is None:
+        return _open("needs nvcc (no GPU needed) to read the PTX")
+    try:
+        ptx = nvcc.compile_source(cuda_source, "relu_int32").ptx
+    except nvcc.NvccError as error:
+        return Answer("wrong", f"nvcc refused it: {str(error).strip().splitlines()[0]}")
+    bodies = [body for name, body in nvcc.kernels(ptx).items() if kernel in name]
+    if not bodies:
+        return Answer("wrong", f"no kernel named {kernel} in the PTX")
+    opcodes = [line.split()[0] for line in bodies[0].splitlines() if line.strip() and line.strip()[0].isalpha()]
+    if "mul.wide.u32" in opcodes:
+        return Answer("wrong", "the PTX still has mul.wide.u32: the index is still computed in 64 bits")
+    index = [op for op in opcodes if op.startswith(("mad.lo.s32", "mul.lo.s32", "mad.lo.u32", "mul.lo.u32"))]
+    widen = [op for op in opcodes if op.startswith(("cvt.s64.s32", "cvt.u64.u32", "mul.wide.s32"))]
+    if not index or not widen:
+        return Answer("wrong", f"no 32-bit index multiply and widening found; the instructions: {' '.join(opcodes)}")
+    return Answer("right", f"the index is computed in 32 bits by {index[0]} and only then widened by {widen[0]} "
+                           "for the address: past 2^31 - 1 elements it overflows before it is widened (section 4e)")
+
+
+def check_relu_op_answer(relu_op, device=None, numel: int = 4099) -> Answer:
+    """Notebook 02, exercise 2: ``relu_op`` is a ``torch.library.custom_op`` around the inline
+    ReLU with a fake kernel: its values are ReLU's, ``opcheck`` passes, it runs on a meta
+    tensor and compiles with ``fullgraph=True``."""
+    if relu_op is None:
+        return _open("define relu_op with @torch.library.custom_op('mylib::relu', mutates_args=()) "
+                     "and give it a fake kernel")
+    if not isinstance(relu_op, torch._library.custom_ops.CustomOpDef):
+        return Answer("wrong", f"{type(relu_op).__name__} is not a custom operator: decorate a function that "
+                               "calls relu_ext.relu with @torch.library.custom_op('mylib::relu', mutates_args=())")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    x = torch.randn(numel, device=device)
+    try:
+        outcome = torch.library.opcheck(relu_op, (x,))
+        meta = relu_op(torch.empty(8, 3, device="meta"))
+        compiled = torch.compile(lambda t: relu_op(t) * 2, fullgraph=True)(x)
+    except Exception as error:  # opcheck raises on the first failure, with what failed
+        return Answer("wrong", f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}")
+    if failed := [name for name, result in outcome.items() if result != "SUCCESS"]:
+        return Answer("wrong", f"opcheck failed: {', '.join(failed)}")
+    if meta.shape != (8, 3) or not torch.equal(relu_op(x), torch.relu(x)) or not torch.equal(compiled, torch.relu(x) * 2):
+        return Answer("wrong", "the fake kernel's shape or the values are not ReLU's")
+    return Answer("right", "opcheck passes, a meta tensor gets its shape, and it compiles into one graph; a gradient "
+                           "still needs an autograd rule (register_autograd), which notebook 04 adds to SELU")
+
+
+def check_naive_check_answer(answer: dict | None, device=None) -> Answer:
+    """Notebook 02, exercise 4: for each first draft, whether ``check.naive_rand_check``
+    passes it (``True``) or not; the check runs both checks live and, when the answer is
+    right, names the harness's groups of inputs that catch each draft."""
+    from . import ops
+
+    drafts = {"mistake_missing_minus_one": ops.mistake_missing_minus_one,
+              "mistake_expf_minus_one": ops.mistake_expf_minus_one, "selu_naive": ops.selu_naive}
+    if answer is None:
+        return _open("set answer to {name: True if naive_rand_check passes it} for " + ", ".join(drafts))
+    passes = {name: check.naive_rand_check(op, device=device) for name, op in drafts.items()}
+    if missing := [name for name in drafts if name not in answer]:
+        return Answer("wrong", f"no answer for {', '.join(missing)}")
+    if wrong := [name for name in drafts if bool(answer[name]) != passes[name]]:
+        return Answer("wrong", f"run it and look again at {', '.join(wrong)}: torch.rand draws from [0, 1)")
+    caught = {name: sorted({case.group for case in check.check_unary(op, device=device).failing_cases()})
+              for name, op in drafts.items()}
+    return Answer("right", "; ".join(f"{name}: naive check {'passes' if passes[name] else 'fails'}, the harness "
+                                     f"{'fails it on ' + ', '.join(groups) if groups else 'passes it'}"
+                                     for name, groups in caught.items()))

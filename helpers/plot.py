@@ -13,12 +13,14 @@ once (as the returned value), and a script or a test run never opens a window.
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatterSciNotation
+from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
 from . import results
 from .bench import COPY, dtype_name
@@ -26,6 +28,20 @@ from .bench import COPY, dtype_name
 DPI = 110  # with the sizes below: PNGs of a few tens of kB, notebooks stay small
 THROUGHPUT_SIZE = (7.0, 4.2)
 BAND_ALPHA = 0.2
+
+# The same variant, the same colour, in every figure of the course: matplotlib's colour
+# cycle would colour a line by its place in the legend, which changes from figure to figure.
+_PALETTE = [matplotlib.colormaps["tab20"].colors[i] for i in (*range(0, 20, 2), *range(1, 20, 2))]
+VARIANT_COLORS = dict(zip(
+    ("torch_eager", "torch_compile", "selu_naive", "selu_vectorized", "triton", "selu_triton", "selu_backward",
+     "selu_vectorized_default_launch", "torch_autograd", "selu_course_autograd", "relu_inline", "torch_relu",
+     "selu_triton_backward", "torch_eager_from_output", "selu_backward_from_output"), _PALETTE))
+
+
+def variant_color(name: str):
+    """The colour of variant ``name`` (a record's label) in every figure: the fixed one of
+    :data:`VARIANT_COLORS`, else one picked from the palette by the name itself."""
+    return VARIANT_COLORS.get(name) or _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]
 
 
 def _select(records: list[dict], *, dtype, op, numel=None) -> list[dict]:
@@ -105,15 +121,17 @@ def throughput(
         if name == COPY:
             ax.plot(x, y, linestyle="--", color="black", linewidth=1.5, label="copy (roofline)", zorder=3)
         else:
-            (line,) = ax.plot(x, y, marker="o", markersize=3, linewidth=1.5, label=name)
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=BAND_ALPHA, linewidth=0)
+            ax.plot(x, y, marker="o", markersize=3, linewidth=1.5, label=name, color=variant_color(name))
+            ax.fill_between(x, low, high, color=variant_color(name), alpha=BAND_ALPHA, linewidth=0)
         series[name] = {"numel": x, "gbps": y, "gbps_q20": low, "gbps_q80": high}
 
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=2))
     ax.set_xlabel("elements")
     ax.set_ylabel("GB/s (bytes read + written, 1 GB = 1e9 B)")
-    ax.set_ylim(bottom=0)
+    # Log: a linear axis flattens every size where launching, not memory, is the cost.
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     _titles(fig, ax, title, label)
@@ -154,8 +172,9 @@ def roofline_bars(
 
     fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.45 * len(bars)), layout="constrained")
     pct = [r["pct_of_copy"] for r in bars]
-    drawn = ax.barh([results.label(r) for r in bars], pct, color="tab:blue", alpha=0.8)
-    ax.bar_label(drawn, labels=[f"{p:.0f}%" for p in pct], padding=3, fontsize=8)
+    drawn = ax.barh([results.label(r) for r in bars], pct, color=[variant_color(results.label(r)) for r in bars],
+                    alpha=0.8)
+    ax.bar_label(drawn, labels=[f"{p:.1f}%" for p in pct], padding=3, fontsize=8)  # 100.4% and 99.8% differ
     ax.axvline(100, color="black", linestyle="--", linewidth=1.5, label=f"copy = 100% ({copy['gbps']:.0f} GB/s)")
     ax.set_xlim(0, max(115, max(pct) * 1.15))  # room for the labels past the longest bar
     ax.set_xlabel(f"% of copy throughput, {numel:,} {dtype_name(dtype)} elements")

@@ -517,5 +517,12 @@ def test_passing_report_summary():
     report = check_unary(torch.selu, device=CPU, trials=1, name="torch.selu")
     text = str(report)
     assert text.startswith("torch.selu: passed")
-    assert len(text.splitlines()) == 2
+    assert len(text.splitlines()) == 3  # the headline, the worst case, and what the huge abs err is
     assert report.assert_ok() is report
+
+
+def test_a_huge_abs_err_in_a_passing_report_says_where_it_comes_from():
+    report = check_unary(torch.selu, selu_reference, dtype=torch.float32, device=CPU)
+    assert report.passed and report.worst.max_abs > 1e30  # the largest inputs, off by an ulp or two
+    assert "one ulp is 2.03e+31; the verdict is in ulps" in str(report)
+    assert "one ulp is 2.03e+31" in report._repr_markdown_()

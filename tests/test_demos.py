@@ -307,3 +307,17 @@ def test_stream_race_on_the_gpu(operators):
     race = demos.stream_race(numel=2**20)
     assert race.wrong_current == 0
     assert race.wrong_legacy > race.numel // 2  # ran before the copy landed
+
+
+def test_zeros_like_summary_reads_the_runs_and_the_fill():
+    records = [_record("selu_naive_out_zeros_like", 1.0, median_ms=3.0) | {"repeat_medians_ms": [3.0, 3.3]},
+               _record("selu_naive_out_empty_like", 1.0, median_ms=2.0) | {"repeat_medians_ms": [2.0, 2.0]}]
+    text = demos.zeros_like_summary(records)
+    assert "zeros_like / empty_like: 1.50× (1.50–1.65× over 2 runs)" in text
+    assert "no record of the zero fill alone" in text
+    fill = _record(demos.ZERO_FILL, 1.0, median_ms=1.0)
+    text = demos.zeros_like_summary(records + [fill])
+    fill_gbps = fill["numel"] * 4 / 1.0 / 1e6
+    assert f"the zero fill alone: 1.000 ms, writing {fill_gbps:.0f} GB/s" in text
+    assert "empty_like's kernel + the fill alone: 3.000 ms; zeros_like measured: 3.000 ms" in text
+    assert demos.zeros_like_summary(records[:1]) == "no records of both allocations"

@@ -1,8 +1,9 @@
 """helpers.exercises: each check says "not answered yet" to None, accepts a right answer
 and rejects a wrong one with a reason, without raising."""
+import pytest
 import torch
 
-from helpers import bench, check, exercises
+from helpers import bench, check, env, exercises
 
 
 def _copy_record(numel=2**20, gbps=3000.0):
@@ -55,3 +56,51 @@ def test_the_findings_exercise_is_checked_against_the_harness():
     wrong = exercises.check_findings_answer({**right, "exp_minus_one": "passes"}, "cpu")
     assert wrong.status == "wrong" and "exp_minus_one: the harness says 'wrong values'" in wrong.message
     assert exercises.check_findings_answer({"exp_minus_one": "passes"}, "cpu").status == "wrong"
+
+
+# ----------------------------------------------------------------------------- notebook 02
+
+
+def relu_cuda_source() -> str:
+    """Notebook 02's RELU_CUDA, read from the notebook."""
+    import json
+
+    cells = json.loads((env.REPO_ROOT / "notebooks" / "02_first_cuda_kernel.ipynb").read_text())["cells"]
+    namespace: dict = {}
+    exec(next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith("RELU_CUDA")), namespace)
+    return namespace["RELU_CUDA"]
+
+
+@pytest.mark.skipif(env.nvcc_path() is None, reason="needs nvcc")
+def test_int32_index_check_reads_the_ptx():
+    source = relu_cuda_source()
+    (line,) = [line for line in source.splitlines() if "blockIdx.x" in line]
+    assert exercises.check_int32_index_answer(None).status == "open"
+    assert exercises.check_int32_index_answer(source).status == "wrong"  # unchanged: still mul.wide.u32
+    answer = exercises.check_int32_index_answer(source.replace(line, "  int i = blockIdx.x * blockDim.x + threadIdx.x;"))
+    assert answer.right and "cvt.s64.s32" in answer.message
+
+
+def test_relu_op_check_wants_a_fake_kernel():
+    @torch.library.custom_op("exercise_test::relu", mutates_args=())
+    def relu_op(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+    assert exercises.check_relu_op_answer(None).status == "open"
+    assert exercises.check_relu_op_answer(torch.relu).status == "wrong"
+    assert "fake" in exercises.check_relu_op_answer(relu_op).message
+    relu_op.register_fake(lambda x: torch.empty_like(x))
+    assert exercises.check_relu_op_answer(relu_op).right
+
+
+def test_naive_check_answer_is_checked_live():
+    from helpers import build
+
+    build.load("mistakes", backend="cpu")
+    build.load("selu_naive", backend="cpu")
+    everything_passes = dict.fromkeys(("mistake_missing_minus_one", "mistake_expf_minus_one", "selu_naive"), True)
+    answer = exercises.check_naive_check_answer(everything_passes, device="cpu")
+    assert answer.right and "selu_naive: naive check passes, the harness passes it" in answer.message
+    assert "mistake_missing_minus_one: naive check passes, the harness fails it on" in answer.message
+    assert exercises.check_naive_check_answer({**everything_passes, "selu_naive": False}, "cpu").status == "wrong"
+    assert exercises.check_naive_check_answer({"selu_naive": True}, "cpu").status == "wrong"

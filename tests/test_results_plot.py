@@ -200,6 +200,22 @@ def test_roofline_bars_writes_png_and_percentages(tmp_path, sweep_records):
         plot.roofline_bars(sweep_records, numel=2**30, title="no such size")
 
 
+def test_a_variant_keeps_its_colour_and_bars_tell_tenths_apart(sweep_records):
+    """The same variant is drawn in the same colour in every figure, whichever lines are
+    beside it; a bar label keeps one decimal (100.4% and 99.8% must not both read 100%);
+    the throughput axis is logarithmic, so small sizes are not flattened at the bottom."""
+    both = plot.throughput(sweep_records, title="t")
+    alone = plot.throughput(sweep_records, title="t", variants=["copy", "naive"])
+    colour = {fig: {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()} for fig in (both, alone)}
+    assert colour[both]["naive"] == colour[alone]["naive"] == plot.variant_color("naive")
+    assert colour[both]["vec4"] != colour[both]["naive"]
+    assert plot.variant_color("torch_eager") != plot.variant_color("torch_compile")
+    assert both.axes[0].get_yscale() == "log"
+    near = [record("copy", 2**22, 1.0), record("vec4", 2**22, 1.0 / 1.004), record("naive", 2**22, 1.0 / 0.998)]
+    bars = plot.roofline_bars(near, numel=2**22, title="t")
+    assert sorted(t.get_text() for t in bars.axes[0].texts) == ["100.4%", "99.8%"]
+
+
 def test_selu_and_derivative_figure_reports_errors_in_ulps():
     fig, max_ulp = plot.selu_and_derivative(torch.float32)
     assert isinstance(fig, Figure) and len(fig.axes) == 2
