@@ -62,7 +62,7 @@ class KernelSpec:
 
 
 KERNELS = {
-    "selu_naive": KernelSpec("selu_cpu.cpp", "selu_naive.cu", ("selu_naive", "selu_naive.out")),
+    "selu_naive": KernelSpec("selu_cpu.cpp", "selu_naive.cu", ("selu_naive", "selu_naive.out", "selu_naive_unrolled")),
     "selu_vectorized": KernelSpec(
         "selu_cpu.cpp", "selu_vectorized.cu",
         ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_", "selu_vectorized_with_config"),

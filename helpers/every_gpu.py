@@ -139,8 +139,8 @@ def _pct(ms: float, copy_ms: float) -> str:
 
 def tuning_table(tables: dict[str, dict]) -> Markdown:
     """Per GPU and dtype: the configuration the tuner chose and its share of the copy's
-    speed, the best and the worst of the 24 candidates, and the launch every dtype had
-    before tuning existed (256 threads; 1 vector for fp32/fp64, 4 for fp16/bf16)."""
+    speed, the worst of the 24 candidates, and the default launch (kernels/selu_vectorized.cu's
+    default_config, the one used until the tuner has measured the GPU)."""
     rows = []
     for slug, table in tables.items():
         for dtype in DTYPES:
@@ -148,15 +148,17 @@ def tuning_table(tables: dict[str, dict]) -> Markdown:
             if entry is None:
                 continue
             times, copy = entry["times_ms"], entry["copy_ms"]
-            old = times.get(f"256,{1 if dtype in ('float32', 'float64') else 4},0")
+            default = times.get(",".join(map(str, tuning.DEFAULT_CONFIG)))
             worst = max(times, key=times.get)
             # Records from before the rounds existed have no "kept_default".
             chosen = entry["label"] + (" (the default, kept)" if entry.get("kept_default") else "")
             rows.append([f"{slug.upper()} ({_source(slug)})", dtype, chosen, _pct(times[",".join(map(str, entry["config"]))], copy),
-                         f"{_pct(times[worst], copy)} ({worst})", _pct(old, copy) if old else "–"])
+                         f"{_pct(times[worst], copy)} ({worst})", _pct(default, copy) if default else "–"])
     if not rows:
         return Markdown("no tuning records yet: they are made on a GPU, by build.load")
-    header = ["GPU", "dtype", "chosen", "chosen: % of copy speed", "worst candidate", "before tuning (256 threads)"]
+    threads, vectors, _ = tuning.DEFAULT_CONFIG
+    header = ["GPU", "dtype", "chosen", "chosen: % of copy speed", "worst candidate",
+              f"default launch ({threads} threads × {vectors} vectors, one-shot)"]
     return Markdown("*share of the copy's speed (copy ms / kernel ms) in the first pass, at the tuning size "
                     f"({env.REFERENCE_NUMEL:,} elements where it fits); \"the default, kept\": no finalist beat "
                     "the default launch in every round*\n\n"

@@ -39,6 +39,8 @@ SCHEMAS = {
     # notebook 02: one thread per element, float32 only
     "selu_naive": "(Tensor x) -> Tensor",
     "selu_naive.out": "(Tensor x, *, Tensor(a!) out) -> ()",
+    # notebook 02's control experiment: the naive kernel with several independent loads per thread
+    "selu_naive_unrolled": "(Tensor x, int elements_per_thread) -> Tensor",
     # notebook 03: 16-byte vectors, every floating dtype
     "selu_vectorized": "(Tensor x) -> Tensor",
     "selu_vectorized.out": "(Tensor x, *, Tensor(a!) out) -> ()",
@@ -138,6 +140,17 @@ def _check_launch_config(threads_per_block: int, vectors_per_thread: int, max_bl
                            f"(at most k blocks per SM, grid-stride loop), got {max_blocks_per_sm}.")
 
 
+def _check_elements_per_thread(elements_per_thread: int) -> None:
+    if elements_per_thread not in (1, 2, 4, 8):
+        raise RuntimeError(f"{qualified('selu_naive_unrolled')}: elements_per_thread must be 1, 2, 4 or 8 (the "
+                           f"kernel is compiled for these), got {elements_per_thread}.")
+
+
+# The checks of the int arguments some operators take besides x, as their C++ checks make them.
+_ARGUMENT_CHECKS = {"selu_vectorized_with_config": _check_launch_config,
+                    "selu_naive_unrolled": _check_elements_per_thread}
+
+
 def _register_fakes() -> None:
     """What each result looks like, computed from its inputs' metadata alone.
 
@@ -169,10 +182,10 @@ def _register_fakes() -> None:
 
             torch.library.register_fake(qualified(name), fake_out, lib=_LIBRARY)
         else:
-            def fake(x, *config, _name=name):
+            def fake(x, *arguments, _name=name):
                 _check_dtype(_name, x)
-                if config:
-                    _check_launch_config(*config)
+                if arguments:
+                    _ARGUMENT_CHECKS[_name](*arguments)
                 return torch.empty_like(x)
 
             torch.library.register_fake(qualified(name), fake, lib=_LIBRARY)
@@ -207,8 +220,8 @@ def _forbid_gradients(name: str, lib: torch.library.Library) -> None:
 
 # region: autograd
 def _save_input(ctx, inputs, output):
-    # The backward needs x alone: not the output, and no gradient for the launch
-    # configuration's ints (selu_vectorized_with_config).
+    # The backward needs x alone: not the output, and no gradient for the ints that
+    # shape the launch (selu_vectorized_with_config, selu_naive_unrolled).
     ctx.save_for_backward(inputs[0])
     ctx.config_args = len(inputs) - 1
 
@@ -474,6 +487,12 @@ def selu_naive_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """:func:`selu_naive` into ``out`` (x's shape, dtype and device); returns ``out``."""
     torch.ops.selu_course.selu_naive.out(x, out=out)
     return out
+
+
+def selu_naive_unrolled(x: torch.Tensor, elements_per_thread: int) -> torch.Tensor:
+    """Notebook 02's control: the naive kernel, each thread loading ``elements_per_thread``
+    floats (1, 2, 4 or 8) before computing any; on a CPU, the knob is checked and ignored."""
+    return torch.ops.selu_course.selu_naive_unrolled.default(x, elements_per_thread)
 
 
 def selu_vectorized(x: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from . import bench, check, demos, env, ops, results
+from . import bench, check, demos, env, ops, results, tuning
 from .bench import COPY, dtype_name
 
 FLOAT32 = torch.float32
@@ -44,9 +44,9 @@ THREADS = (128, 256, 512)
 VECTORS = (1, 2, 4, 8)
 CAPS = (1, 2, 4, 8, 16, 64, 256, 1024)
 GRID_THREADS, GRID_VECTORS = 256, 4
-# The fp32 launch notebook 03 used on every GPU before the launch was measured per GPU
-# (helpers.tuning); the table compares this run's fastest with it.
-FP32_BEFORE_TUNING = bench.launch_config(256, 1, 0)
+# The launch the kernel uses until helpers.tuning has measured the GPU at hand
+# (kernels/selu_vectorized.cu's default_config); the table compares this run's fastest with it.
+DEFAULT_LAUNCH = bench.launch_config(*tuning.DEFAULT_CONFIG)
 
 # Section 6: the headline variants, and for fp16/bf16 our kernel in eager's shape
 # (one 16-byte vector per thread, 128 threads per block, like ATen's CUDALoops.cuh).
@@ -191,6 +191,65 @@ def littles_law(records) -> str:
         if r["variant"] != COPY:
             lines.append(f"{where}: {results.label(r)} at {_pct(r, records)} of the copy's throughput")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- 1. the control
+# A 16-byte load per thread changes three things at once against notebook 02's one
+# 4-byte load: the bytes each thread has in flight (16 against 4), the load
+# instructions per byte (a quarter as many) and the number of blocks (a quarter as
+# many). selu_naive_unrolled(x, k) is the naive kernel with k independent 4-byte loads
+# per thread: at k = 4 it has the bytes in flight and the blocks of the vectorized
+# kernel at 256 threads x 1 vector, and four times its load instructions.
+UNROLLED = (1, 2, 4, 8)
+CONTROL_LAUNCH = bench.launch_config(256, 1, 0)  # the naive kernel's 256 threads, one 16-byte vector
+
+
+def unrolled_variant(elements_per_thread: int) -> str:
+    return f"selu_naive_unrolled_x{elements_per_thread}"
+
+
+def control_variants() -> dict:
+    """selu_naive_unrolled at every :data:`UNROLLED`, and selu_vectorized at :data:`CONTROL_LAUNCH`."""
+    variants: dict = {unrolled_variant(k): (lambda x, k=k: ops.selu_naive_unrolled(x, k)) for k in UNROLLED}
+    variants["vectorized"] = bench.Variant(_with_config(CONTROL_LAUNCH), "selu_vectorized", CONTROL_LAUNCH)
+    return variants
+
+
+def measure_control(numel: int | None = None, device=None, repeats: int = 3) -> list[dict]:
+    """The copy and :func:`control_variants` in fp32, ``repeats`` runs back to back on one input."""
+    if numel is None:
+        numel, why = env.problem_numel(FLOAT32)
+        print("size:", why)
+    return bench.measure_repeated(control_variants(), numel, repeats=repeats, dtype=FLOAT32, device=device)
+
+
+def control() -> results.Records:
+    """:func:`measure_control` on this GPU, or the committed H100 records of it."""
+    records = results.here_or_reference(measure_control, variants=[*map(unrolled_variant, UNROLLED),
+                                                                   "selu_vectorized"],
+                                        dtype=FLOAT32, numel=env.REFERENCE_NUMEL)
+    return _keep(records, lambda r: r["variant"] != "selu_vectorized" or r.get("config") == CONTROL_LAUNCH)
+
+
+def control_table(records) -> Markdown:
+    """Per variant of :func:`control_variants`: bytes in flight per thread, load instructions
+    per 16 bytes and elements per block, as the code has them, and the measured % of the
+    copy, with the spread of the repeated runs as a share of the median."""
+    rows = []
+    kinds = [(unrolled_variant(k), None, f"{4 * k} B", str(4), k) for k in UNROLLED]
+    kinds.append(("selu_vectorized", CONTROL_LAUNCH, "16 B", "1", 4))
+    for variant, config, in_flight, loads_per_16, elements in kinds:
+        record = results.find(records, variant, config=config, dtype=FLOAT32)
+        if record is None:
+            continue
+        spread = bench.spread_ms(record)
+        rows.append([results.label(record), in_flight, loads_per_16, f"{256 * elements:,}",
+                     _pct(record, records), f"{spread / record['median_ms']:.1%}" if spread else "–"])
+    if not rows:
+        return Markdown(f"*{_source(records)}*\n\nno records of the control yet: it is measured on a GPU")
+    header = ["variant", "bytes in flight per thread", "load instructions per 16 B", "elements per block",
+              "% of the copy's throughput", "spread of 3 runs"]
+    return Markdown(f"*{_source(records)}*\n\n" + "\n".join(_table(header, ["---"] + ["---:"] * 5, rows)))
 
 
 # --------------------------------------------------------------------------- 3. correctness
@@ -396,7 +455,7 @@ def launch_sweep() -> results.Records:
 
 def vectors_threads_table(records) -> Markdown:
     """% of the copy's throughput for each (vectors per thread, threads per block), one-shot
-    grid, from the records' ``config``; and this run's fastest against the launch used before tuning."""
+    grid, from the records' ``config``; and this run's fastest against the default launch."""
     def find(threads, vectors):
         return results.find(records, "selu_vectorized", config=bench.launch_config(threads, vectors, 0), dtype=FLOAT32)
 
@@ -408,9 +467,9 @@ def vectors_threads_table(records) -> Markdown:
     measured = [(pct, r) for pct, r in measured if pct is not None]
     if measured:
         pct, best = max(measured, key=lambda m: m[0])
-        before = results.find(records, "selu_vectorized", config=FP32_BEFORE_TUNING, dtype=FLOAT32)
+        default = results.find(records, "selu_vectorized", config=DEFAULT_LAUNCH, dtype=FLOAT32)
         text += (f"\n\nfastest: {results.config_label(best['config'])} at {pct:.1f}% of the copy; "
-                 f"the launch before tuning, {results.config_label(FP32_BEFORE_TUNING)}: {_pct(before, records)}")
+                 f"the default launch, {results.config_label(DEFAULT_LAUNCH)}: {_pct(default, records)}")
     return Markdown(text)
 
 

@@ -43,6 +43,10 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 REFERENCE_NUMEL = env.REFERENCE_NUMEL
 MEMORY_FRACTION = 0.4  # input and output together take at most this much of the free memory
 DEFAULT_CONFIG = (128, 2, 0)  # kernels/selu_vectorized.cu's default_config() (a test reads it there)
+# kernels/selu_vectorized.cu's kMinBlocksPerSM: the launcher shrinks a launch until a tensor
+# gets at least this many blocks per SM (for_size there; a test reads the constant in the source).
+MIN_BLOCKS_PER_SM = 8
+VECTOR_BYTES = 16
 FINALISTS = 4  # the fastest of the first pass, timed again beside the default
 ROUNDS = 3
 
@@ -51,6 +55,27 @@ def candidates() -> list[tuple[int, int, int]]:
     """``(threads_per_block, vectors_per_thread, max_blocks_per_sm)`` of every configuration tried."""
     return [(threads, vectors, blocks_per_sm)
             for threads in THREADS for vectors in VECTORS for blocks_per_sm in (0, THREADS_PER_SM // threads)]
+
+
+def blocks_for(numel: int, dtype: torch.dtype, threads: int, vectors: int) -> int:
+    """Blocks of a one-shot grid over ``numel`` elements: one per tile of ``threads`` x ``vectors``
+    16-byte vectors."""
+    num_vectors = numel // (VECTOR_BYTES // torch.empty((), dtype=dtype).element_size())
+    return -(-num_vectors // (threads * vectors))
+
+
+def launch_for_size(config: tuple[int, int, int], numel: int, dtype: torch.dtype, sms: int) -> tuple[int, int]:
+    """The (threads, vectors) the launcher runs ``config`` with on a tensor of ``numel`` elements,
+    on a GPU of ``sms`` SMs: for_size of kernels/selu_vectorized.cu, step for step. Vectors
+    per thread are halved, then threads per block (down to 128), while the grid has fewer
+    than :data:`MIN_BLOCKS_PER_SM` blocks per SM."""
+    threads, vectors, _ = config
+    wanted = MIN_BLOCKS_PER_SM * sms
+    while blocks_for(numel, dtype, threads, vectors) < wanted and vectors > 1:
+        vectors //= 2
+    while blocks_for(numel, dtype, threads, vectors) < wanted and threads > 128:
+        threads //= 2
+    return threads, vectors
 
 
 def tuning_numel(dtype: torch.dtype, free_bytes: int) -> int:

@@ -52,6 +52,16 @@ void selu_naive_out(const at::Tensor& x, at::Tensor& out) {
   unary_out(op, x, out, selu_dense);
 }
 
+// A CPU has no threads per element to unroll: the knob is checked as on the GPU,
+// float32 only as there, and the result is selu(x).
+at::Tensor selu_naive_unrolled(const at::Tensor& x, int64_t elements_per_thread) {
+  constexpr const char* op = "selu_course::selu_naive_unrolled";
+  check_input(x, op);
+  check_float32(x, op);
+  check_elements_per_thread(elements_per_thread, op);
+  return unary_new_tensor(x, selu_dense);
+}
+
 at::Tensor selu_vectorized(const at::Tensor& x) {
   check_input(x, "selu_course::selu_vectorized");
   return unary_new_tensor(x, selu_dense);
@@ -87,6 +97,7 @@ at::Tensor selu_vectorized_with_config(const at::Tensor& x, int64_t threads_per_
 TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
   m.impl("selu_naive", &selu_naive);
   m.impl("selu_naive.out", &selu_naive_out);
+  m.impl("selu_naive_unrolled", &selu_naive_unrolled);
   m.impl("selu_vectorized", &selu_vectorized);
   m.impl("selu_vectorized.out", &selu_vectorized_out);
   m.impl("selu_vectorized_", &selu_vectorized_inplace);

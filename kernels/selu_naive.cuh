@@ -38,10 +38,42 @@ __global__ void selu_naive_kernel(const float* x, float* y, int64_t numel, Op op
 }
 // endregion
 
+// region: unrolled
+// The control experiment of notebook 02: the naive kernel with ELEMENTS elements
+// per thread, their ELEMENTS 4-byte loads all issued before the first is used.
+// A 16-byte vector changes three things at once against one 4-byte load: the
+// bytes each thread has in flight, the memory instructions per byte, and the
+// number of blocks. With ELEMENTS = 4 this kernel has the bytes in flight and
+// the block count of one 16-byte vector per thread, and the instructions of four
+// scalar loads: the same loads as the naive kernel (plain ld.global.f32), only
+// more of them in flight. Element e of block b's tile goes to thread
+// e % blockDim.x, so that at every step a warp touches 32 consecutive floats.
+template <int ELEMENTS, typename Op>
+__global__ void selu_naive_unrolled_kernel(const float* x, float* y, int64_t numel, Op op) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x * ELEMENTS + threadIdx.x;
+  float values[ELEMENTS];
+#pragma unroll
+  for (int e = 0; e < ELEMENTS; ++e) {
+    const int64_t i = first + static_cast<int64_t>(e) * blockDim.x;
+    if (i < numel) {
+      values[e] = x[i];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < ELEMENTS; ++e) {
+    const int64_t i = first + static_cast<int64_t>(e) * blockDim.x;
+    if (i < numel) {
+      y[i] = op(values[e]);
+    }
+  }
+}
+// endregion
+
 // region: launch
-// gridDim.x for numel elements, one thread each.
-inline unsigned int naive_blocks_for(int64_t numel) {
-  const int64_t blocks = (numel + kNaiveThreadsPerBlock - 1) / kNaiveThreadsPerBlock;
+// gridDim.x for numel elements, `elements_per_thread` per thread.
+inline unsigned int naive_blocks_for(int64_t numel, int64_t elements_per_thread = 1) {
+  const int64_t per_block = kNaiveThreadsPerBlock * elements_per_thread;
+  const int64_t blocks = (numel + per_block - 1) / per_block;
   TORCH_CHECK(blocks <= kMaxGridBlocks, "selu_course::selu_naive: ", numel, " elements need more than "
               "2^31 - 1 blocks of ", kNaiveThreadsPerBlock, " threads; use selu_course::selu_vectorized "
               "(notebook 03), whose grid-stride loop covers any size.");
@@ -62,6 +94,31 @@ void launch_naive(const at::Tensor& src, at::Tensor& out, Op op) {
   // reported when asked for; without this check they surface at some later,
   // unrelated CUDA call.
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <int ELEMENTS, typename Op>
+void launch_naive_unrolled_as(const at::Tensor& src, at::Tensor& out, Op op) {
+  const int64_t numel = src.numel();
+  if (numel == 0) {
+    return;
+  }
+  selu_naive_unrolled_kernel<ELEMENTS>
+      <<<naive_blocks_for(numel, ELEMENTS), kNaiveThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          src.const_data_ptr<float>(), out.mutable_data_ptr<float>(), numel, op);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ELEMENTS sizes a register array, so it is a compile-time constant: one
+// instantiation per allowed value (selu_checks.h, check_elements_per_thread).
+template <typename Op>
+void launch_naive_unrolled(const at::Tensor& src, at::Tensor& out, int64_t elements_per_thread, Op op) {
+  switch (elements_per_thread) {
+    case 1: return launch_naive_unrolled_as<1>(src, out, op);
+    case 2: return launch_naive_unrolled_as<2>(src, out, op);
+    case 4: return launch_naive_unrolled_as<4>(src, out, op);
+    case 8: return launch_naive_unrolled_as<8>(src, out, op);
+  }
+  TORCH_CHECK(false, "selu_course::selu_naive_unrolled: no kernel for elements_per_thread = ", elements_per_thread);
 }
 // endregion
 

@@ -44,6 +44,7 @@ def selu_out(kernel: str):
 ENTRY_POINTS = {
     "selu_naive": ops.selu_naive,
     "selu_naive_out": lambda x: ops.selu_naive_out(x, torch.empty_like(x)),
+    "selu_naive_unrolled": lambda x: ops.selu_naive_unrolled(x, 4),
     "selu_vectorized": ops.selu_vectorized,
     "selu_vectorized_out": lambda x: ops.selu_vectorized_out(x, torch.empty_like(x)),
     "selu_vectorized_with_config": lambda x: ops.selu_vectorized_with_config(x, 256, 4, 0),

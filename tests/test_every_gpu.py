@@ -10,16 +10,18 @@ from helpers import env, every_gpu, exercises, tuning
 def tuning_record(copy_ms=1.0, times=None, config=(128, 2, 0)):
     times = times or {",".join(map(str, c)): 1.1 for c in tuning.candidates()}
     times[",".join(map(str, config))] = 1.02
+    threads, vectors, _ = config
     return {"dtype": "bfloat16", "numel": env.REFERENCE_NUMEL, "copy_ms": copy_ms, "config": list(config),
-            "label": "128 threads × 2 vectors, one-shot", "times_ms": times}
+            "label": f"{threads} threads × {vectors} vectors, one-shot", "times_ms": times}
 
 
-def test_tuning_table_reads_the_choice_and_the_launch_before_tuning():
-    table = {"device": "NVIDIA H200", "bfloat16": tuning_record()}
+def test_tuning_table_reads_the_choice_and_the_default_launch():
+    table = {"device": "NVIDIA H200", "bfloat16": tuning_record(config=(256, 4, 0))}
     text = str(every_gpu.tuning_table({"h200": table}))
     row = next(line for line in text.splitlines() if line.startswith("| H200"))
-    assert "| bfloat16 | 128 threads × 2 vectors, one-shot | 98.0% |" in row  # 1.0 / 1.02
-    assert row.endswith("| 90.9% |")  # 256 threads × 4 vectors, one-shot, before tuning: 1.0 / 1.1
+    assert "| bfloat16 | 256 threads × 4 vectors, one-shot | 98.0% |" in row  # chosen: 1.0 / 1.02
+    assert row.endswith("| 90.9% |")  # the default, 128 threads × 2 vectors: 1.0 / 1.1
+    assert "default launch (128 threads × 2 vectors, one-shot)" in text
 
 
 def test_misaligned_goals_take_the_worse_of_the_two_views():

@@ -41,8 +41,26 @@ def test_vectors_per_thread_answer():
     records = [rec(1, 1.00), rec(2, 1.003), rec(4, 1.2)]
     assert exercises.check_vectors_per_thread_answer(None, records).status == "open"
     assert exercises.check_vectors_per_thread_answer(1, records).right
-    assert exercises.check_vectors_per_thread_answer(2, records).right  # within 0.5%: a tie
-    assert exercises.check_vectors_per_thread_answer(4, records).status == "wrong"
+    assert exercises.check_vectors_per_thread_answer(2, records).status == "wrong"  # no spread recorded: no tie
+    # With the timer's spread: 2 vectors' band [0.995, 1.01] overlaps the fastest's [0.99, 1.005].
+    spread = [{**r, "q20_ms": r["median_ms"] - 0.008, "q80_ms": r["median_ms"] + 0.005} for r in records]
+    tie = exercises.check_vectors_per_thread_answer(2, spread)
+    assert tie.right and "a tie" in tie.message
+    assert exercises.check_vectors_per_thread_answer(4, spread).status == "wrong"
+
+
+def test_read_only_answer():
+    assert exercises.check_read_only_answer(None).status == "open"
+    assert exercises.check_read_only_answer(exercises.READ_ONLY_ANSWER).right
+    wrong = [k for k in exercises.READ_ONLY_CHOICES if k != exercises.READ_ONLY_ANSWER]
+    assert all(exercises.check_read_only_answer(k).status == "wrong" for k in wrong + ["z"])
+
+
+def test_launch_for_size_answer():
+    assert exercises.check_launch_for_size_answer(None, 2**20, (256, 4, 0)).status == "open"
+    right = exercises.check_launch_for_size_answer((128, 1), 2**20, (256, 4, 0))
+    assert right.right and "2,048 blocks" in right.message
+    assert exercises.check_launch_for_size_answer((256, 4), 2**20, (256, 4, 0)).status == "wrong"
 
 
 def test_the_findings_exercise_is_checked_against_the_harness():

@@ -113,7 +113,23 @@ def test_with_config_gives_the_same_result(dtype):
         assert match.identical == x.numel(), (config, str(match))
 
 
+def test_unrolled_naive_gives_the_same_result():
+    x = check.harness_input(10_007, dtype=torch.float32, device=CPU)
+    expected = ops.selu_naive(x)
+    for elements_per_thread in (1, 2, 4, 8):
+        match = check.agreement(ops.selu_naive_unrolled(x, elements_per_thread), expected)
+        assert match.identical == x.numel(), (elements_per_thread, str(match))
+
+
 # ---- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("elements_per_thread", [0, 3, 16, -1])
+def test_bad_elements_per_thread_is_an_error_on_the_cpu_too(elements_per_thread):
+    with pytest.raises(RuntimeError, match="elements_per_thread must be 1, 2, 4 or 8"):
+        ops.selu_naive_unrolled(torch.randn(8), elements_per_thread)
+    with pytest.raises(RuntimeError, match="elements_per_thread must be 1, 2, 4 or 8"):
+        ops.selu_naive_unrolled(torch.randn(8, device="meta"), elements_per_thread)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from kernel_cases import (
     selu_out,
 )
 
-from helpers import build, check, demos, env, ops
+from helpers import build, check, demos, env, ops, tuning
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("poisoned")]  # tests/conftest.py skips these where there is no GPU
 
@@ -120,14 +120,26 @@ def test_every_launch_config(threads_per_block, vectors_per_thread, max_blocks_p
         check.assert_close_ulps(y, expected, x, check.MAX_ULP[dtype])
 
 
+@pytest.mark.parametrize("elements_per_thread", (1, 2, 4, 8))
+def test_unrolled_naive_kernel(elements_per_thread):
+    # Fewer elements than one thread's share, a partial last block, and a misaligned view.
+    for numel, offset in ((3, 0), (10_007, 0), ((1 << 20) + 5, 0), (100_000, 1)):
+        x, expected = cached_case(torch.float32, numel, offset)
+        with check.poisoned_outputs():
+            y = ops.selu_naive_unrolled(x, elements_per_thread)
+        check.assert_close_ulps(y, expected, x, check.MAX_ULP[torch.float32])
+        assert torch.equal(y.view(torch.int32), ops.selu_naive(x).view(torch.int32)), (numel, offset)
+
+
 @pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
-def test_default_config_is_the_same_kernel(dtype):
-    # kernels/selu_vectorized.cu's default_config: 256 threads, one 16-byte vector per
-    # thread for 4- and 8-byte types, four for 2-byte ones, a one-shot grid.
+def test_the_launch_in_use_and_the_default_compute_the_same(dtype):
+    # The operator launches the configuration helpers.tuning chose for this GPU, or
+    # kernels/selu_vectorized.cu's default_config before it has; neither changes a bit.
     x = check.harness_input(100_003, dtype=dtype, device=CUDA)
-    vectors_per_thread = 1 if x.element_size() >= 4 else 4
-    match = check.agreement(ops.selu_vectorized(x), ops.selu_vectorized_with_config(x, 256, vectors_per_thread, 0))
-    assert match.identical == x.numel(), str(match)
+    y = ops.selu_vectorized(x)
+    for config in {ops.launch_config(x.device, dtype), tuning.DEFAULT_CONFIG}:
+        match = check.agreement(y, ops.selu_vectorized_with_config(x, *config))
+        assert match.identical == x.numel(), f"{config}: {match}"
 
 
 # ---- launch mistakes (kernels/mistakes.cu) -----------------------------------------------------

@@ -207,13 +207,28 @@ def test_naive_kernel_has_no_vector_loads(compiled, filename):
     assert re.search(r"\bld\.global\.f32\b", ptx)
 
 
+@pytest.mark.parametrize("elements", (1, 2, 4, 8))
+def test_unrolled_naive_kernel_issues_every_load_before_the_math(compiled, elements):
+    # Notebook 02's control: `elements` plain 4-byte loads per thread, no vector access,
+    # and every load issued before the first floating-point instruction uses one.
+    (body,) = nvcc._select(ptx_of(compiled, "selu_naive.cu"), f"selu_naive_unrolled_kernel<{elements},").values()
+    instructions = list(nvcc._instructions(body))
+    loads = [i for i, op in enumerate(instructions) if op.startswith("ld.global")]
+    stores = [i for i, op in enumerate(instructions) if op.startswith("st.global")]
+    math = [i for i, op in enumerate(instructions) if re.match(r"(fma|mul|add|ex2)\.\w*\.?f32", op)]
+    assert {instructions[i] for i in loads} == {"ld.global.f32"} and len(loads) == elements
+    assert {instructions[i] for i in stores} == {"st.global.f32"} and len(stores) == elements
+    assert math and max(loads) < min(math), (loads, math[:3])
+
+
 @pytest.mark.parametrize("filename", NAIVE_FILES)
 def test_naive_kernel_index_is_64_bit(compiled, filename):
     # blockIdx.x * blockDim.x widened to 64 bits (mul.wide.u32 / mad.wide.u32)
     # rather than multiplied in 32 bits (mad.lo.s32 / mul.lo.s32), which would
     # wrap past 2^32 elements.
     found = nvcc.kernels(ptx_of(compiled, filename))
-    assert found and all("selu_naive_kernel<" in name for name in found), list(found)
+    assert found and all("selu_naive_kernel<" in name or "selu_naive_unrolled_kernel<" in name
+                         for name in found), list(found)
     for name, body in found.items():
         block = re.search(r"mov\.u32\s+(%r\d+),\s*%ctaid\.x;", body)[1]
         width = re.search(r"mov\.u32\s+(%r\d+),\s*%ntid\.x;", body)[1]

@@ -40,6 +40,7 @@ SELU_OPERATORS = tuple(name for name in OPERATORS if not name.startswith("mistak
 FLOAT32_ONLY_OPERATORS = tuple(name for name in OPERATORS if ops.DTYPES[name] == (torch.float32,))
 # A launch configuration that every device accepts (the CPU checks it and ignores it).
 CONFIG = (128, 2, 0)
+ELEMENTS_PER_THREAD = 4
 
 # What no kernel accepts: the float8 types are floating types to at::isFloatingType,
 # but no kernel is compiled for them.
@@ -68,6 +69,8 @@ def arguments(name: str, x: torch.Tensor, out: torch.Tensor | None = None) -> tu
         return (x,), {"out": torch.empty_like(x) if out is None else out}
     if name == "selu_vectorized_with_config":
         return (x, *CONFIG), {}
+    if name == "selu_naive_unrolled":
+        return (x, ELEMENTS_PER_THREAD), {}
     return (x,), {}
 
 

@@ -112,7 +112,8 @@ def test_vectors_threads_table_reads_the_config_field(launch_records):
     row_1 = next(line for line in text.splitlines() if line.startswith("| 1 | 16 B"))
     assert row_1 == f"| 1 | 16 B | 100.0% | {100 / 1.01:.1f}% | {100 / 1.02:.1f}% |"
     assert "fastest: 128 threads × 1 vectors, one-shot grid at 100.0% of the copy" in text
-    assert f"the launch before tuning, 256 threads × 1 vectors, one-shot grid: {100 / 1.01:.1f}%" in text
+    # the default launch, (128, 2, 0), is the fourth configuration: 4 ms x 1.03
+    assert f"the default launch, 128 threads × 2 vectors, one-shot grid: {100 / 1.03:.1f}%" in text
 
 
 def test_grid_table_has_a_row_per_grid_and_compares_with_one_shot(launch_records):
@@ -317,6 +318,29 @@ def test_first_look_and_launch_sweep_measure_save_and_tabulate(gpu_path, tmp_pat
     assert grid.count("| capped") == len(report.CAPS)
     stored = results.load("cpu", tmp_path)
     assert sum(r["config"] is not None for r in stored) == 20
+
+
+def test_the_control_measures_every_unrolling_and_the_vectorized_kernel(gpu_path):
+    records = report.control()
+    assert records.measured
+    assert [r["variant"] for r in records] == [COPY, *map(report.unrolled_variant, report.UNROLLED),
+                                               "selu_vectorized"]
+    assert all(len(r["repeat_medians_ms"]) == 3 for r in records)
+    table = str(report.control_table(records))
+    assert table.count("| selu_naive_unrolled_x") == len(report.UNROLLED)
+    assert "| selu_vectorized (256 threads × 1 vectors, one-shot grid) | 16 B | 1 | 1,024 |" in table
+
+
+def test_control_table_reads_the_records():
+    rows = [rec(COPY, REF, 4.0)]
+    rows += [rec(report.unrolled_variant(k), REF, 4.0 * (1 + 0.1 / k), repeats=[4.0, 4.04]) for k in report.UNROLLED]
+    rows.append(rec("selu_vectorized", REF, 4.0, config=report.CONTROL_LAUNCH))
+    rows.append(rec("selu_vectorized", REF, 3.0, config=cfg(128, 2)))  # another launch: not the control's
+    table = str(report.control_table(as_records(rows)))
+    assert f"| selu_naive_unrolled_x4 | 16 B | 4 | 1,024 | {100 / 1.025:.1f}% | 1.0% |" in table
+    assert "| selu_vectorized (256 threads × 1 vectors, one-shot grid) | 16 B | 1 | 1,024 | 100.0% | – |" in table
+    assert "128 threads" not in table
+    assert "no records" in str(report.control_table(as_records([rec(COPY, REF, 4.0)])))
 
 
 def test_headline_measures_every_dtype_three_times_and_reports_the_goals(gpu_path, tmp_path):

@@ -29,6 +29,27 @@ def test_the_default_launch_is_the_kernels():
     assert course_report.default_launch_in_source() == bench.launch_config(*tuning.DEFAULT_CONFIG)
 
 
+def test_the_launchers_minimum_blocks_per_sm_is_the_kernels():
+    import re
+
+    source = (env.KERNELS_DIR / "selu_vectorized.cu").read_text()
+    (value,) = re.findall(r"constexpr int64_t kMinBlocksPerSM = (\d+);", source)
+    assert int(value) == tuning.MIN_BLOCKS_PER_SM
+
+
+def test_launch_for_size_halves_vectors_then_threads():
+    # 2^20 fp32 elements are 262,144 vectors: 256 tiles of 256 x 4, fewer than 8 x 132;
+    # 1 vector gives 1,024 blocks, still fewer, so the threads halve too: 2,048 blocks.
+    assert tuning.launch_for_size((256, 4, 0), 2**20, torch.float32, sms=132) == (128, 1)
+    assert tuning.blocks_for(2**20, torch.float32, 128, 1) == 2048
+    # Enough blocks at the first halving: 2^23 fp32 at 256 x 4 are 2,048 blocks, at least 1,056.
+    assert tuning.launch_for_size((256, 4, 0), 2**23, torch.float32, sms=132) == (256, 4)
+    assert tuning.launch_for_size((256, 8, 0), 2**23, torch.float32, sms=132) == (256, 4)
+    # The reference size is untouched; threads never drop below 128.
+    assert tuning.launch_for_size((512, 8, 0), env.REFERENCE_NUMEL, torch.bfloat16, sms=132) == (512, 8)
+    assert tuning.launch_for_size((512, 8, 0), 1, torch.bfloat16, sms=132) == (128, 1)
+
+
 def test_a_finalist_replaces_the_default_only_beyond_the_spread_of_the_rounds():
     default, other = tuning.DEFAULT_CONFIG, (256, 1, 0)
     # 1% faster by the median, but the rounds overlap: the default stays.
