@@ -65,7 +65,8 @@ KERNELS = {
     "selu_naive": KernelSpec("selu_cpu.cpp", "selu_naive.cu", ("selu_naive", "selu_naive.out", "selu_naive_unrolled")),
     "selu_vectorized": KernelSpec(
         "selu_cpu.cpp", "selu_vectorized.cu",
-        ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_", "selu_vectorized_with_config"),
+        ("selu_vectorized", "selu_vectorized.out", "selu_vectorized_", "selu_vectorized_with_config",
+         "copy_vectorized"),
         tuned=True,
     ),
     "selu_backward": KernelSpec("selu_backward_cpu.cpp", "selu_backward.cu",

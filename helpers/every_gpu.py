@@ -5,6 +5,7 @@ GPUs side by side (``results/h100``, ``results/h200``). A table says which it sh
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -481,3 +482,87 @@ def bf16_copy(slug: str | None = None) -> tuple[float | None, int]:
     slug = slug or _here() or "h200"
     run = _headline(_records(slug), "bfloat16")
     return (run[COPY]["median_ms"] if COPY in run else None), env.REFERENCE_NUMEL
+
+
+# --------------------------------------------------------------------------- 5. the polynomial, in Python
+# kernels/selu_math.cuh's economical SELU, operation by operation in float32, with the
+# degree of its polynomial as a parameter: exercise 3 asks what a shorter one costs, and
+# this answers it on any machine, on every 16-bit input, with no compiler. Each
+# operation is rounded as IEEE rounds it: a product or a sum of two floats is exact in
+# float64, so rounding that to float32 is the one rounding of the float operation, and
+# fmaf's single rounding of a * b + c is rebuilt from a float64 sum and its exact error.
+MAGIC_ROUND = 12582912.0  # 1.5 * 2^23
+LOG2_E = 1.44269502
+LN_2 = 0.693147182
+TAYLOR = {k: 1.0 / math.factorial(k) for k in range(2, 8)}  # 1/2 ... 1/5040, each rounded to float32 below
+
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float32)
+
+
+def fmaf(a: torch.Tensor, b: torch.Tensor | float, c: torch.Tensor | float) -> torch.Tensor:
+    """``a * b + c`` rounded once to float32, as the fused multiply-add does; float32 in and out."""
+    a64 = a.double()
+    b64 = torch.as_tensor(b, dtype=torch.float32).double()
+    c64 = torch.as_tensor(c, dtype=torch.float32).double()
+    product = a64 * b64  # exact: 24 + 24 significant bits
+    total = product + c64
+    back = total - product
+    error = (product - (total - back)) + (c64 - back)  # product + c64 == total + error, exactly
+    rounded = _f32(total)
+    gap = total - rounded.double()
+    # A float64 sum that lands exactly halfway between two floats is where rounding twice
+    # can differ from rounding once: the exact value lies past the midpoint, on error's side.
+    toward = torch.where(gap > 0, torch.tensor(math.inf), torch.tensor(-math.inf)).to(torch.float32)
+    neighbour = torch.nextafter(rounded, toward)
+    halfway = (gap != 0) & (gap.abs() * 2 == (neighbour.double() - rounded.double()).abs())
+    past = halfway & (error != 0) & ((error > 0) == (gap > 0))
+    return torch.where(past, neighbour, rounded)
+
+
+def _mul(a: torch.Tensor, b: float) -> torch.Tensor:
+    return _f32(a.double() * torch.tensor(b, dtype=torch.float32).double())
+
+
+def expm1_nonpositive(x: torch.Tensor, degree: int = 7) -> torch.Tensor:
+    """kernels/selu_math.cuh's expm1_nonpositive on float32 ``x``, its Taylor polynomial of
+    ``degree`` (7 in the kernel; at least 2)."""
+    x = torch.where(x.isnan() | (x < -32.0), torch.tensor(-32.0), x)  # fmaxf: a NaN becomes -32 too
+    j = fmaf(x, LOG2_E, MAGIC_ROUND)
+    n = _f32(j.double() - MAGIC_ROUND)
+    r = fmaf(n, -LN_2, x)
+    q = torch.full_like(x, TAYLOR[degree])
+    for k in range(degree - 1, 1, -1):
+        q = fmaf(q, r, TAYLOR[k])
+    expm1_r = fmaf(_f32(r.double() * r.double()), q, r)
+    # (float_bits(j) << 23) + 0x3f800000u in uint32 arithmetic: n + 127 in the exponent field.
+    bits = (((j.view(torch.int32).to(torch.int64) & 0xFFFFFFFF) << 23) + 0x3F800000) & 0xFFFFFFFF
+    two_to_n = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
+    return fmaf(two_to_n, expm1_r, _f32(two_to_n.double() - 1.0))
+
+
+def selu_economical(x: torch.Tensor, degree: int = 7) -> torch.Tensor:
+    """selu_math.cuh's selu_economical in float32 (x < 0 takes the polynomial, NaN and ±0 the other side)."""
+    scale = torch.tensor(check.SELU_SCALE, dtype=torch.float32).item()
+    negative_coef = _mul(torch.tensor(check.SELU_ALPHA, dtype=torch.float32), scale).item()
+    negative = _mul(expm1_nonpositive(x, degree), negative_coef)
+    return torch.where(x < 0, negative, _mul(x, scale))
+
+
+def every_input(dtype: torch.dtype) -> torch.Tensor:
+    """All 65,536 values of a 16-bit ``dtype``."""
+    return torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+def polynomial_mismatches(degree: int, dtypes=(torch.float16, torch.bfloat16)) -> dict[str, int]:
+    """Per 16-bit dtype, how many of its 65,536 inputs the economical SELU with a polynomial
+    of ``degree`` rounds to another value than ``torch.selu`` on the CPU (NaNs alike count as equal)."""
+    found = {}
+    for dtype in dtypes:
+        x = every_input(dtype)
+        ours = selu_economical(x.float(), degree).to(dtype)
+        torchs = torch.selu(x)
+        same = (ours.view(torch.int16) == torchs.view(torch.int16)) | (ours.isnan() & torchs.isnan())
+        found[dtype_name(dtype)] = int((~same).sum())
+    return found

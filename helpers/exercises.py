@@ -231,6 +231,25 @@ def check_instruction_budget_answer(answer: float | None, copy_ms: float | None,
                            "divided by the elements")
 
 
+def check_polynomial_answer(answer: dict | None, degree: int = 5) -> Answer:
+    """Notebook 03b, exercise 3: for each 16-bit type, whether the economical SELU with a Taylor
+    polynomial of ``degree`` still gives torch.selu's value on every input ("matches") or not
+    ("differs"), computed live on all 65,536 inputs (:func:`helpers.every_gpu.polynomial_mismatches`)."""
+    from . import every_gpu  # notebook 03b's module, which imports most of the others
+
+    if answer is None:
+        return _open(f'set answer to {{"float16": "matches" or "differs", "bfloat16": ...}} for a polynomial '
+                     f"of degree {degree}")
+    found = every_gpu.polynomial_mismatches(degree)
+    truth = {dtype: "matches" if count == 0 else "differs" for dtype, count in found.items()}
+    summary = ", ".join(f"{dtype} {'matches on every input' if count == 0 else f'differs on {count:,} inputs'}"
+                        for dtype, count in found.items())
+    if {k: answer.get(k) for k in truth} == truth:
+        return Answer("right", f"degree {degree}: {summary}")
+    return Answer("wrong", "not what trying every input gives: which type keeps more of the polynomial's "
+                           "error after rounding (count the mantissa bits of each)?")
+
+
 def check_custom_op_answer(op, device=None, numel: int = 4099) -> Answer:
     """Notebook 05: ``op(x, shift)`` is a ``torch.library.custom_op`` computing
     ``selu(x) + shift`` with a fake kernel and an autograd rule: ``opcheck`` passes, it

@@ -52,6 +52,8 @@ SCHEMAS = {
     # notebook 04: the backward pass, grad_in = grad * d selu/dx, from the input or the output
     "selu_backward": "(Tensor grad, Tensor x) -> Tensor",
     "selu_backward_from_output": "(Tensor grad, Tensor y) -> Tensor",
+    # notebook 03's yardstick: the vectorized kernel's loop with no math, a copy (every dtype)
+    "copy_vectorized": "(Tensor x) -> Tensor",
     # notebook 02's first drafts: wrong on purpose (kernels/mistakes*.c*)
     "mistake_missing_minus_one": "(Tensor x) -> Tensor",
     "mistake_expf_minus_one": "(Tensor x) -> Tensor",
@@ -61,14 +63,17 @@ SCHEMAS = {
 
 # The dtypes each operator accepts, as its C++ checks say (kernels/selu_checks.h).
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-DTYPES = {name: FLOAT_DTYPES if name.startswith(("selu_vectorized", "selu_backward")) else (torch.float32,)
+DTYPES = {name: FLOAT_DTYPES if name.startswith(("selu_vectorized", "selu_backward", "copy_")) else (torch.float32,)
           for name in SCHEMAS}
 BACKWARD_OPS = ("selu_backward", "selu_backward_from_output")
+# Operators that compute no SELU: a copy, whose gradient is the incoming one (_register_copy_autograd).
+COPY_OPS = ("copy_vectorized",)
 # Operators that write into their input (``Tensor(a!) x``): register_autograd takes only
 # functional schemas, so their autograd rule is an Autograd-key kernel (_register_in_place).
 IN_PLACE_OPS = ("selu_vectorized_",)
 # The functional forward operators: the ones an autograd rule is registered for.
-FORWARD_OPS = tuple(name for name in SCHEMAS if "." not in name and name not in BACKWARD_OPS + IN_PLACE_OPS)
+FORWARD_OPS = tuple(name for name in SCHEMAS
+                    if "." not in name and name not in BACKWARD_OPS + IN_PLACE_OPS + COPY_OPS)
 
 # Kept alive for the life of the process: dropping a Library object deregisters
 # what it registered.
@@ -370,6 +375,13 @@ def _register_double_backward() -> None:
         torch.library.register_autograd(qualified(name), rule, setup_context=setup_context, lib=_LIBRARY)
 
 
+def _register_copy_autograd() -> None:
+    """A copy's gradient is the incoming gradient, from notebook 02 on: it needs no backward
+    kernel, so there is nothing to refuse."""
+    for name in COPY_OPS:
+        torch.library.register_autograd(qualified(name), lambda ctx, grad: grad, lib=_LIBRARY)
+
+
 # region: in_place
 class SeluInPlace(torch.autograd.Function):
     """selu_ with a gradient: ``x`` is overwritten by ``y = selu(x)``, and the backward reads ``y``.
@@ -437,6 +449,7 @@ def _forbid_gradients_out(name: str) -> None:
 
 _register_fakes()
 _register_double_backward()
+_register_copy_autograd()
 for _name in SCHEMAS:
     if _name.endswith(".out"):
         _forbid_gradients_out(_name)
@@ -503,6 +516,12 @@ def selu_vectorized(x: torch.Tensor) -> torch.Tensor:
     if _cpp_entry is not None and type(x) is torch.Tensor and not torch.compiler.is_compiling():
         return _cpp_entry(x)
     return torch.ops.selu_course.selu_vectorized.default(x)
+
+
+def copy_vectorized(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` by :func:`selu_vectorized`'s loop and launch with the math left out: on a
+    GPU, the time the SELU kernel would take if SELU cost nothing; on a CPU, a copy."""
+    return torch.ops.selu_course.copy_vectorized.default(x)
 
 
 def selu_vectorized_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

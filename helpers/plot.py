@@ -22,12 +22,19 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
-from . import results
+from . import env, results
 from .bench import COPY, dtype_name
 
 DPI = 110  # with the sizes below: PNGs of a few tens of kB, notebooks stay small
 THROUGHPUT_SIZE = (7.0, 4.2)
 BAND_ALPHA = 0.2
+COPY_LABEL = "torch copy_ (yardstick)"
+
+
+def datasheet_gbps(records: list[dict]) -> float | None:
+    """The datasheet's peak bandwidth of the records' GPU (:data:`helpers.env.DATASHEET_BANDWIDTH_GBPS`),
+    or None for a GPU with no entry (and for the CPU)."""
+    return env.DATASHEET_BANDWIDTH_GBPS.get(records[0].get("device")) if records else None
 
 # The same variant, the same colour, in every figure of the course: matplotlib's colour
 # cycle would colour a line by its place in the legend, which changes from figure to figure.
@@ -102,7 +109,9 @@ def throughput(
     """GB/s versus number of elements (log2 axis), one line per variant.
 
     Each line is the median with its 20th-80th percentile band; the ``copy``
-    variant, the roofline, is the dashed black line. ``variants`` picks and orders
+    variant, torch's own copy kernel and the course's yardstick, is the dashed black
+    line, and the datasheet's peak bandwidth of the GPU, where known, a dotted grey
+    one above it (no kernel can cross it). ``variants`` picks and orders
     the lines (default: all, in the records' order). ``label`` is a subtitle,
     e.g. :func:`helpers.results.reference_label` for committed reference records.
     """
@@ -119,11 +128,15 @@ def throughput(
         x = [r["numel"] for r in rows]
         y, low, high = ([r[k] for r in rows] for k in ("gbps", "gbps_q20", "gbps_q80"))
         if name == COPY:
-            ax.plot(x, y, linestyle="--", color="black", linewidth=1.5, label="copy (roofline)", zorder=3)
+            ax.plot(x, y, linestyle="--", color="black", linewidth=1.5, label=COPY_LABEL, zorder=3)
         else:
             ax.plot(x, y, marker="o", markersize=3, linewidth=1.5, label=name, color=variant_color(name))
             ax.fill_between(x, low, high, color=variant_color(name), alpha=BAND_ALPHA, linewidth=0)
         series[name] = {"numel": x, "gbps": y, "gbps_q20": low, "gbps_q80": high}
+
+    peak = datasheet_gbps(chosen)
+    if peak is not None:
+        ax.axhline(peak, linestyle=":", color="dimgray", linewidth=1.5, label=f"datasheet peak ({peak:.0f} GB/s)")
 
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=2))
@@ -145,6 +158,7 @@ def throughput(
         "device": chosen[0].get("device"),
         "variants": names,  # the legend's order (the keys of "series" are stored sorted)
         "series": series,
+        "datasheet_gbps": peak,
     }
     _save(fig, data, save_as, chosen)
     plt.close(fig)  # shown once, as the returned value, and never left open in pyplot
@@ -162,7 +176,8 @@ def roofline_bars(
     label: str | None = None,
 ) -> Figure:
     """Each variant's throughput as a % of the copy's at ``numel`` elements,
-    as horizontal bars (fastest on top) against a line at 100%."""
+    as horizontal bars (fastest on top) against a line at 100% (torch's copy), and one
+    at the datasheet's peak bandwidth where the GPU has one."""
     chosen = results.with_roofline_ratios(_select(records, dtype=dtype, op=op, numel=numel))
     copy = next((r for r in chosen if r["variant"] == COPY), None)
     bars = [r for r in chosen if r["variant"] != COPY]
@@ -175,8 +190,14 @@ def roofline_bars(
     drawn = ax.barh([results.label(r) for r in bars], pct, color=[variant_color(results.label(r)) for r in bars],
                     alpha=0.8)
     ax.bar_label(drawn, labels=[f"{p:.1f}%" for p in pct], padding=3, fontsize=8)  # 100.4% and 99.8% differ
-    ax.axvline(100, color="black", linestyle="--", linewidth=1.5, label=f"copy = 100% ({copy['gbps']:.0f} GB/s)")
-    ax.set_xlim(0, max(115, max(pct) * 1.15))  # room for the labels past the longest bar
+    ax.axvline(100, color="black", linestyle="--", linewidth=1.5,
+               label=f"torch copy_ = 100% ({copy['gbps']:.0f} GB/s)")
+    peak = datasheet_gbps(chosen)
+    peak_pct = None if peak is None else 100 * peak / copy["gbps"]
+    if peak_pct is not None:
+        ax.axvline(peak_pct, color="dimgray", linestyle=":", linewidth=1.5,
+                   label=f"datasheet peak = {peak_pct:.1f}% ({peak:.0f} GB/s)")
+    ax.set_xlim(0, max(115, max(pct) * 1.15, (peak_pct or 0) * 1.05))  # room for the labels past the longest bar
     ax.set_xlabel(f"% of copy throughput, {numel:,} {dtype_name(dtype)} elements")
     ax.legend(fontsize=8, loc="lower right")
     _titles(fig, ax, title, label)
@@ -190,6 +211,7 @@ def roofline_bars(
         "numel": numel,
         "device": copy.get("device"),
         "copy_gbps": copy["gbps"],
+        "datasheet_gbps": peak,
         "bars": [
             {"variant": r["variant"], "config": r.get("config"), "pct_of_copy": r["pct_of_copy"], "gbps": r["gbps"],
              "median_ms": r["median_ms"]}

@@ -50,7 +50,7 @@ DEFAULT_LAUNCH = bench.launch_config(*tuning.DEFAULT_CONFIG)
 
 # Section 6: the headline variants, and for fp16/bf16 our kernel in eager's shape
 # (one 16-byte vector per thread, 128 threads per block, like ATen's CUDALoops.cuh).
-HEADLINE_VARIANTS = ("selu_vectorized", "selu_naive", "torch_eager", "torch_compile", bench.TRITON)
+HEADLINE_VARIANTS = ("selu_vectorized", "copy_vectorized", "selu_naive", "torch_eager", "torch_compile", bench.TRITON)
 EAGER_SHAPE = bench.launch_config(128, 1, 0)
 
 # Section 7.
@@ -160,17 +160,20 @@ def _gpu_shape(records) -> tuple[int, int, str]:
 
 
 def measure_first_look(numel: int | None = None, device=None) -> list[dict]:
-    """The copy, notebook 02's kernel and this notebook's, in one run at the problem size."""
+    """The copy, notebook 02's kernel, this notebook's, and this notebook's loop with no math
+    (copy_vectorized, a copy of our own), in one run at the problem size."""
     if numel is None:
         numel, why = env.problem_numel(FLOAT32)
         print("size:", why)
-    variants = {"selu_naive": ops.selu_naive, "selu_vectorized": ops.selu_vectorized}
+    variants = {"selu_naive": ops.selu_naive, "selu_vectorized": ops.selu_vectorized,
+                "copy_vectorized": ops.copy_vectorized}
     return bench.measure(variants, numel, dtype=FLOAT32, device=device)
 
 
 def first_look() -> results.Records:
     """:func:`measure_first_look` on this GPU, or the committed H100 records of it."""
-    records = results.here_or_reference(measure_first_look, variants=["selu_naive", "selu_vectorized"],
+    records = results.here_or_reference(measure_first_look, variants=["selu_naive", "selu_vectorized",
+                                                                      "copy_vectorized"],
                                         dtype=FLOAT32, numel=env.REFERENCE_NUMEL)
     return _keep(records, _is_default_launch)
 
@@ -513,8 +516,10 @@ def grid_table(records, sms: int | None = None) -> Markdown:
 
 def headline_variants(dtype: torch.dtype, device=None) -> dict:
     """What section 6 times for ``dtype``: torch eager and compiled, our kernel's default
-    launch, the naive kernel (fp32 only), and (fp16, bf16) our kernel in eager's shape."""
-    variants = {**bench.peers(dtype, device), "selu_vectorized": ops.selu_vectorized}
+    launch, our kernel's loop with no math (copy_vectorized: what the kernel would take if
+    SELU cost nothing), the naive kernel (fp32 only), and (fp16, bf16) our kernel in eager's shape."""
+    variants = {**bench.peers(dtype, device), "selu_vectorized": ops.selu_vectorized,
+                "copy_vectorized": ops.copy_vectorized}
     triton = bench.triton_selu()
     if triton is not None and _device(device).type == "cuda":
         variants[bench.TRITON] = triton

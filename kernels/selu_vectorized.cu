@@ -85,6 +85,23 @@ __global__ void selu_scalar_kernel(const T* x, T* y, int64_t numel) {
 }
 // endregion
 
+// region: copy
+// The same tile loop with no math (Identity, vectorized_loops.cuh): the bytes SELU
+// moves, moved the way the SELU kernel moves them, with the same launch. Timed
+// beside the SELU kernel and torch's copy (notebook 03), it is the memory side
+// alone: the SELU kernel's gap to it is the math's, and its gap to torch's copy
+// is the access pattern's.
+template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED>
+__global__ void copy_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
+  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(Identity{}, y, numel, head, x);
+}
+
+template <typename T>
+__global__ void copy_scalar_kernel(const T* x, T* y, int64_t numel) {
+  map_elements(Identity{}, y, numel, x);
+}
+// endregion
+
 // ---------------------------------------------------------------------------
 // Host side: choosing the grid and the kernel.
 // ---------------------------------------------------------------------------
@@ -178,7 +195,18 @@ unsigned int grid_size(int64_t blocks_needed, const LaunchConfig& config, c10::D
   return static_cast<unsigned int>(std::max<int64_t>(1, std::min(blocks_needed, limit)));
 }
 
-template <typename T, int VECTORS_PER_THREAD>
+// One launch of the tile loop: the SELU kernel, or with COPY the same loop with no math.
+template <bool COPY, typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED>
+void launch_tiles(unsigned int blocks, int threads, c10::cuda::CUDAStream stream, const T* x, T* y, int64_t numel,
+                  int head) {
+  if constexpr (COPY) {
+    copy_vectorized_kernel<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED><<<blocks, threads, 0, stream>>>(x, y, numel, head);
+  } else {
+    selu_vectorized_kernel<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED><<<blocks, threads, 0, stream>>>(x, y, numel, head);
+  }
+}
+
+template <bool COPY, typename T, int VECTORS_PER_THREAD>
 void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
   // The first `head` elements are done one by one, so that y + head starts a
   // 16-byte chunk; x + head may or may not (x[1:] into a fresh y: it does not).
@@ -190,15 +218,13 @@ void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& conf
   const int head_elements = static_cast<int>(head);
   // x and y either are the same memory (in place) or do not overlap at all: the
   // operators refuse a partial overlap before they get here (elementwise.h).
+  const int threads = config.threads_per_block;
   if (x == y) {
-    selu_vectorized_kernel<T, VECTORS_PER_THREAD, true, true>
-        <<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel, head_elements);
+    launch_tiles<COPY, T, VECTORS_PER_THREAD, true, true>(blocks, threads, stream, x, y, numel, head_elements);
   } else if (x_aligned) {
-    selu_vectorized_kernel<T, VECTORS_PER_THREAD, false, true>
-        <<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel, head_elements);
+    launch_tiles<COPY, T, VECTORS_PER_THREAD, false, true>(blocks, threads, stream, x, y, numel, head_elements);
   } else {
-    selu_vectorized_kernel<T, VECTORS_PER_THREAD, false, false>
-        <<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel, head_elements);
+    launch_tiles<COPY, T, VECTORS_PER_THREAD, false, false>(blocks, threads, stream, x, y, numel, head_elements);
   }
   // Launch errors are only reported when asked for; without this check they
   // surface at some later, unrelated CUDA call.
@@ -234,22 +260,27 @@ LaunchConfig for_size(LaunchConfig config, int64_t numel, c10::DeviceIndex devic
 // endregion
 
 // region: launch
-template <typename T>
-void launch_selu(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
+// COPY: the copy kernels (copy_vectorized), otherwise the SELU kernels.
+template <bool COPY, typename T>
+void launch_kernels(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
   if (!is_element_aligned(x) || !is_element_aligned(y)) {
     const int64_t blocks_needed = ceil_div(numel, config.threads_per_block);
     const unsigned int blocks = grid_size(blocks_needed, config, stream.device_index());
-    selu_scalar_kernel<T><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+    if constexpr (COPY) {
+      copy_scalar_kernel<T><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+    } else {
+      selu_scalar_kernel<T><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
   // VECTORS_PER_THREAD sizes a register array, so it must be a compile-time
   // constant: one instantiation per allowed value, chosen here at run time.
   switch (config.vectors_per_thread) {
-    case 1: return launch_vectorized<T, 1>(x, y, numel, config, stream);
-    case 2: return launch_vectorized<T, 2>(x, y, numel, config, stream);
-    case 4: return launch_vectorized<T, 4>(x, y, numel, config, stream);
-    case 8: return launch_vectorized<T, 8>(x, y, numel, config, stream);
+    case 1: return launch_vectorized<COPY, T, 1>(x, y, numel, config, stream);
+    case 2: return launch_vectorized<COPY, T, 2>(x, y, numel, config, stream);
+    case 4: return launch_vectorized<COPY, T, 4>(x, y, numel, config, stream);
+    case 8: return launch_vectorized<COPY, T, 8>(x, y, numel, config, stream);
   }
   TORCH_CHECK(false, "selu_course::selu_vectorized: no kernel for vectors_per_thread = ", config.vectors_per_thread);
 }
@@ -266,7 +297,9 @@ void check_input(const at::Tensor& x, const char* op) {
 // the launcher for fp64, fp32, fp16 and bf16, naming the type scalar_t.
 // `exact`: launch `config` as given (selu_vectorized_with_config, which measures
 // configurations); otherwise fit it to the tensor's size first (for_size).
-void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& config, bool exact = false) {
+// `copy`: the copy kernels instead of the SELU kernels (copy_vectorized).
+void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& config, bool exact = false,
+                bool copy = false) {
   const int64_t numel = src.numel();
   if (numel == 0) {
     return;  // a grid of 0 blocks is an invalid launch configuration
@@ -274,7 +307,13 @@ void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& conf
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "selu_vectorized", [&] {
     const LaunchConfig launch = exact ? config : for_size<scalar_t>(config, numel, stream.device_index());
-    launch_selu<scalar_t>(src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), numel, launch, stream);
+    const scalar_t* x = src.const_data_ptr<scalar_t>();
+    scalar_t* y = out.mutable_data_ptr<scalar_t>();
+    if (copy) {
+      launch_kernels<true, scalar_t>(x, y, numel, launch, stream);
+    } else {
+      launch_kernels<false, scalar_t>(x, y, numel, launch, stream);
+    }
   });
 }
 // endregion
@@ -318,6 +357,18 @@ at::Tensor selu_vectorized_with_config(const at::Tensor& x, int64_t threads_per_
                    /*exact=*/true);
 }
 
+// The copy with the launch selu_vectorized uses for x's dtype on x's GPU: what the
+// SELU kernel would take with no math at all.
+at::Tensor copy_vectorized(const at::Tensor& x) {
+  constexpr const char* op = "selu_course::copy_vectorized";
+  check_input(x, op);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const LaunchConfig config = launch_config_for(x.device().index(), x.scalar_type());
+  return unary_new_tensor(x, [&](const at::Tensor& src, at::Tensor& out) {
+    selu_dense(src, out, config, /*exact=*/false, /*copy=*/true);
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
@@ -325,6 +376,7 @@ TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
   m.impl("selu_vectorized.out", &selu_vectorized_out);
   m.impl("selu_vectorized_", &selu_vectorized_inplace);
   m.impl("selu_vectorized_with_config", &selu_vectorized_with_config);
+  m.impl("copy_vectorized", &copy_vectorized);
 }
 
 // No tensor argument to dispatch on: these run as CompositeExplicitAutograd,

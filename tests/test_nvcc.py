@@ -119,7 +119,7 @@ def test_the_launcher_peels_to_out_alignment():
     # element-load kernel only when x is not aligned there too.
     code = without_comments((env.KERNELS_DIR / "selu_vectorized.cu").read_text())
     assert "elements_before_alignment(y)" in code
-    assert re.search(r"else if \(x_aligned\) \{\s*selu_vectorized_kernel<T, VECTORS_PER_THREAD, false, true>", code)
+    assert re.search(r"else if \(x_aligned\) \{\s*launch_tiles<COPY, T, VECTORS_PER_THREAD, false, true>", code)
 
 
 # Arithmetic instructions per element of the 16-bit kernels: the economical
@@ -140,8 +140,26 @@ def test_16_bit_kernels_spend_about_20_instructions_per_element(compiled, ctype)
 def test_scalar_fallback_has_no_vector_loads(compiled):
     # For views that are not 16-byte aligned: a vector access there would fault.
     ptx = ptx_of(compiled, "selu_vectorized.cu")
-    assert nvcc.vector_loads(ptx, "selu_scalar_kernel<") == {}
-    assert nvcc.vector_stores(ptx, "selu_scalar_kernel<") == {}
+    for kernel in ("selu_scalar_kernel<", "copy_scalar_kernel<"):
+        assert nvcc.vector_loads(ptx, kernel) == {}
+        assert nvcc.vector_stores(ptx, kernel) == {}
+
+
+@pytest.mark.parametrize("ctype", VECTOR_FORMS)
+@pytest.mark.parametrize("vectors", VECTORS_PER_THREAD)
+def test_copy_kernel_moves_what_the_selu_kernel_moves_and_computes_nothing(compiled, ctype, vectors):
+    # copy_vectorized_kernel is the SELU kernel's loop with Identity: the same 16-byte
+    # accesses, and no floating-point instruction at all (no round trip through float,
+    # which would change a NaN's payload in fp16 and bf16).
+    ptx = ptx_of(compiled, "selu_vectorized.cu")
+    selu = f"selu_vectorized_kernel<{ctype}, {vectors}, false, true>"
+    copy = f"copy_vectorized_kernel<{ctype}, {vectors}, false, true>"
+    assert nvcc.vector_loads(ptx, copy) == nvcc.vector_loads(ptx, selu)
+    assert nvcc.vector_stores(ptx, copy) == nvcc.vector_stores(ptx, selu)
+    body = "".join(nvcc._select(ptx, copy).values())
+    floating = [op for op in nvcc._instructions(body) if re.search(r"\.(f16|bf16|f32|f64)(x2)?$", op)
+                and not op.startswith(("ld.", "st.", "mov."))]
+    assert not floating, floating
 
 
 READ_ONLY_LOAD = re.compile(r"\bld\.global\.nc\b")
@@ -152,8 +170,8 @@ def _may_write_what_it_reads(kernel_name: str) -> bool:
     backward kernels (whose grad_in is always a new tensor): the naive and scalar
     kernels serve out= (out may be x), and in-place instantiations are in place by
     definition."""
-    return not re.search(r"selu_vectorized_kernel<[^,>]+, \d+, false, (?:true|false)>|selu_backward(_scalar)?_kernel<",
-                         kernel_name)
+    return not re.search(r"(?:selu|copy)_vectorized_kernel<[^,>]+, \d+, false, (?:true|false)>"
+                         r"|selu_backward(_scalar)?_kernel<", kernel_name)
 
 
 @pytest.mark.parametrize("filename", CU_FILES)
@@ -170,7 +188,7 @@ def test_the_launcher_picks_the_in_place_kernel_when_out_is_x():
     # The rule above holds only if the launcher never sends x == y to a read-only
     # instantiation: it compares the pointers, and IN_PLACE = true is the x == y branch.
     code = without_comments((env.KERNELS_DIR / "selu_vectorized.cu").read_text())
-    branch = re.search(r"if \(x == y\) \{\s*selu_vectorized_kernel<T, VECTORS_PER_THREAD, (\w+), true>", code)
+    branch = re.search(r"if \(x == y\) \{\s*launch_tiles<COPY, T, VECTORS_PER_THREAD, (\w+), true>", code)
     assert branch is not None and branch.group(1) == "true", "launch_vectorized must send x == y to IN_PLACE = true"
 
 

@@ -32,7 +32,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 # The unary operators of notebooks 02 and 03: tests/test_backward.py has notebook 04's
 # (the backward operators and the in-place forward).
-OPERATORS = tuple(name for name in ops.SCHEMAS if name not in ops.BACKWARD_OPS + ops.IN_PLACE_OPS)
+# The copy computes no SELU and has a gradient from the start: its tests are at the end.
+OPERATORS = tuple(name for name in ops.SCHEMAS if name not in ops.BACKWARD_OPS + ops.IN_PLACE_OPS + ops.COPY_OPS)
 FUNCTIONAL_OPERATORS = tuple(name for name in OPERATORS if not name.endswith(".out"))
 OUT_OPERATORS = tuple(name for name in OPERATORS if name.endswith(".out"))
 # The operators that compute selu (the mistakes compute something else on purpose).
@@ -557,3 +558,58 @@ def test_loaded_puts_the_previous_build_back(cpu_kernels):
     assert build._is_loaded(before.path) and not build._is_loaded(flagged.path)
     check.assert_selu(ops.selu_vectorized(x), x)
     check.assert_selu(ops.selu_naive(x), x)
+
+
+# ----------------------------------------------------------------------------- the copy
+
+
+def with_nan_payloads(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with a few NaNs whose payloads are not the canonical one (and a -NaN)."""
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    x = x.clone()
+    flat = x.view(-1).view(bits)
+    exponent_bits = {torch.float16: 0x7C01, torch.bfloat16: 0x7F81, torch.float32: 0x7F800001}
+    if x.dtype in exponent_bits:
+        flat[:3] = torch.tensor([exponent_bits[x.dtype], exponent_bits[x.dtype] + 5, -1], dtype=bits)
+    return x
+
+
+@pytest.mark.parametrize("dtype", ops.FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("numel, offset", [(0, 0), (1, 0), (37, 0), (10_007, 0), (10_007, 1), (10_007, 3)])
+def test_copy_is_exact_to_the_bit(device, dtype, numel, offset):
+    # Every dtype, tails, misaligned views, NaN payloads: the bytes come out as they went in.
+    x = with_nan_payloads(normal((numel + offset + 3,), dtype, device))[offset:offset + numel]
+    with check.poisoned_outputs():
+        y = ops.copy_vectorized(x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert numel == 0 or y.data_ptr() != x.data_ptr()  # a new tensor, never x itself
+    assert torch.equal(y.view(torch.uint8), x.contiguous().view(torch.uint8))
+
+
+@pytest.mark.parametrize("dtype", ops.FLOAT_DTYPES, ids=dtype_id)
+def test_copy_opcheck(device, dtype):
+    for make in OPCHECK_INPUTS.values():
+        x = make(dtype, device)
+        torch.library.opcheck(ops.overload("copy_vectorized"), (x,))
+        torch.library.opcheck(ops.overload("copy_vectorized"), (x.clone().requires_grad_(),))
+
+
+def test_copy_passes_the_gradient_on(device):
+    x = normal((5, 7), torch.float64, device).requires_grad_()
+    assert torch.autograd.gradcheck(ops.copy_vectorized, (x,))
+    grad = torch.randn(5, 7, dtype=torch.float64, device=device)
+    (got,) = torch.autograd.grad(ops.copy_vectorized(x), x, grad)
+    assert torch.equal(got, grad)
+
+
+def test_copy_refuses_what_the_kernels_refuse(device):
+    with pytest.raises(RuntimeError, match=NOT_A_SUPPORTED_FLOAT):
+        ops.copy_vectorized(torch.arange(4, dtype=torch.int32, device=device))
+    with pytest.raises(RuntimeError, match=NOT_A_SUPPORTED_FLOAT):
+        ops.copy_vectorized(torch.empty(4, dtype=torch.int32, device="meta"))
+
+
+def test_copy_compiles_into_one_graph(device, fresh_dynamo):
+    x = normal((33, 17), torch.float32, device).t()
+    y = torch.compile(lambda t: ops.copy_vectorized(t) * 2, fullgraph=True)(x)
+    assert torch.equal(y, x * 2) and y.stride() == x.stride()

@@ -86,7 +86,7 @@ def test_launch_configs_are_twenty_distinct_configurations_of_one_variant():
 def test_headline_variants_add_the_naive_kernel_to_fp32_and_eager_shape_to_half_types(monkeypatch, kernels):
     monkeypatch.setattr(bench, "peers", lambda dtype, device=None: {"torch_eager": torch.selu})
     fp32 = report.headline_variants(torch.float32)
-    assert list(fp32) == ["torch_eager", "selu_vectorized", "selu_naive"]
+    assert list(fp32) == ["torch_eager", "selu_vectorized", "copy_vectorized", "selu_naive"]
     for dtype in (torch.float16, torch.bfloat16):
         extra = [v for v in report.headline_variants(dtype).values() if isinstance(v, bench.Variant)]
         assert [(v.name, v.config) for v in extra] == [("selu_vectorized", cfg(128, 1, 0))]
@@ -307,7 +307,7 @@ def gpu_path(monkeypatch, kernels):
 def test_first_look_and_launch_sweep_measure_save_and_tabulate(gpu_path, tmp_path):
     first = report.first_look()
     assert first.measured and first.source.startswith("measured in this run")
-    assert [r["variant"] for r in first] == [COPY, "selu_naive", "selu_vectorized"]
+    assert [r["variant"] for r in first] == [COPY, "selu_naive", "selu_vectorized", "copy_vectorized"]
     assert "selu_vectorized at" in report.littles_law(first)
 
     launch = report.launch_sweep()

@@ -170,14 +170,14 @@ def test_throughput_writes_png_and_the_plotted_numbers(tmp_path, sweep_records):
     assert all(lo < mid < hi for lo, mid, hi in zip(vec4["gbps_q20"], vec4["gbps"], vec4["gbps_q80"]))
     # The copy is the dashed black roofline; the label is shown.
     ax = fig.axes[0]
-    (copy_line,) = [line for line in ax.get_lines() if line.get_label() == "copy (roofline)"]
+    (copy_line,) = [line for line in ax.get_lines() if line.get_label() == plot.COPY_LABEL]
     assert copy_line.get_linestyle() == "--" and copy_line.get_color() == "black"
     assert ax.get_title() == label and ax.get_xscale() == "log"
 
 
 def test_throughput_picks_variants_and_refuses_mixed_devices(tmp_path, sweep_records):
     fig = plot.throughput(sweep_records, title="t", variants=["copy", "naive"], save_as=tmp_path / "two")
-    assert [line.get_label() for line in fig.axes[0].get_lines()] == ["copy (roofline)", "naive"]
+    assert [line.get_label() for line in fig.axes[0].get_lines()] == [plot.COPY_LABEL, "naive"]
     assert json.loads((tmp_path / "two.json").read_text())["variants"] == ["copy", "naive"]
     with pytest.raises(ValueError):
         plot.throughput(sweep_records + [record("copy", 2**20, 1.0, slug="cpu")], title="t")
@@ -196,8 +196,22 @@ def test_roofline_bars_writes_png_and_percentages(tmp_path, sweep_records):
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["naive", "vec4"]  # fastest on top
     assert any(list(line.get_xdata()) == [100, 100] for line in ax.get_lines())  # the 100% line
+    assert data["datasheet_gbps"] is None  # "Test GPU 80GB" has no datasheet entry: no line
     with pytest.raises(ValueError):
         plot.roofline_bars(sweep_records, numel=2**30, title="no such size")
+
+
+def test_the_datasheet_peak_is_drawn_where_the_gpu_has_one(tmp_path, sweep_records):
+    h100 = [{**r, "device": "NVIDIA H100 80GB HBM3"} for r in sweep_records]
+    fig = plot.roofline_bars(h100, numel=2**22, title="t", save_as=tmp_path / "bars")
+    peak_pct = 100 * 3350.0 / 3000.0  # the datasheet's 3,350 GB/s against the copy's 3,000 here
+    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("datasheet peak")]
+    assert list(line.get_xdata()) == pytest.approx([peak_pct, peak_pct])
+    assert json.loads((tmp_path / "bars.json").read_text())["datasheet_gbps"] == 3350.0
+    fig = plot.throughput(h100, title="t", save_as=tmp_path / "sweep")
+    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label() == "datasheet peak (3350 GB/s)"]
+    assert list(line.get_ydata()) == [3350.0, 3350.0]
+    assert json.loads((tmp_path / "sweep.json").read_text())["datasheet_gbps"] == 3350.0
 
 
 def test_a_variant_keeps_its_colour_and_bars_tell_tenths_apart(sweep_records):
