@@ -91,16 +91,27 @@ def build_cell_jobs(notebook: Path) -> dict:
     return jobs
 
 
-def prebuild(notebook_paths: list[Path] = ()) -> dict[str, str]:
-    """Build every kernel library (the device kernels, the C++ autograd rule, the C++ entry),
-    and run the build cells of ``notebook_paths`` (:func:`build_cell_jobs`), each in a
-    process of its own, all at once; returns the ones that failed, each with the last line
-    its process wrote to stderr (a notebook that needs one then reports the whole message)."""
+ENTRY = "entry"  # prebuild's name for the C++ entry (helpers.build.load_entry)
+PREBUILT_ENV_VAR = "HELPERS_PREBUILT"  # set by make reproduce, which builds everything before the notebooks
+
+
+def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None) -> dict[str, str]:
+    """Build ``kernels`` (names of helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`;
+    by default every kernel library), and run the build cells of ``notebook_paths``
+    (:func:`build_cell_jobs`), each in a process of its own, all at once; returns the ones
+    that failed, each with the last line its process wrote to stderr (a notebook that needs
+    one then reports the whole message)."""
     from . import build
 
-    scripts = {kernel: f"from helpers import build; build.load({kernel!r})"
-               for kernel in (*build.KERNELS, *build.AUTOGRAD_KERNELS)}
-    scripts["entry"] = "from helpers import build; build.load_entry()"
+    if kernels is None:
+        kernels = (*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY)
+    unknown = set(kernels) - {*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY}
+    if unknown:
+        raise ValueError(f"no kernel library named {sorted(unknown)}; the libraries are "
+                         f"{', '.join([*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY])}")
+    scripts = {kernel: f"from helpers import build; build.load({kernel!r})" for kernel in kernels if kernel != ENTRY}
+    if ENTRY in kernels:
+        scripts[ENTRY] = "from helpers import build; build.load_entry()"
     with tempfile.TemporaryDirectory(prefix="prebuild-") as scratch:
         import nbformat
 
@@ -128,6 +139,24 @@ def prebuild(notebook_paths: list[Path] = ()) -> dict[str, str]:
                 lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
                 failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
         return failed
+
+
+def build_ahead(notebook: str, kernels: tuple[str, ...] = ()) -> str:
+    """A notebook's first build: ``kernels`` (see :func:`prebuild`) and the cells of ``notebook``
+    tagged ``build``, all at once, each in a process of its own, so that the cells below find
+    them built (every build is cached under .build/, keyed by its sources) instead of building
+    one after another. Returns one line: how long it took, and what failed (the cell that
+    needs it then shows the whole error). Under ``make reproduce``, which has built
+    everything already, it does nothing."""
+    if os.environ.get(PREBUILT_ENV_VAR):
+        return "built ahead by make reproduce"
+    started = time.perf_counter()
+    failed = prebuild([env.NOTEBOOKS_DIR / notebook], kernels=tuple(kernels))
+    line = f"{len(kernels)} kernel libraries and the build cells of {notebook}, built at once in " \
+           f"{time.perf_counter() - started:.0f} s"
+    if failed:
+        line += "; failed: " + "; ".join(f"{label} ({why[-200:]})" for label, why in failed.items())
+    return line
 
 
 def slowest_cells(notebook: Path, count: int = 3) -> list[tuple[int, float]]:
@@ -212,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_prebuild:
         failed = prebuild(chosen)
         prebuild_s = time.perf_counter() - started
+        os.environ[PREBUILT_ENV_VAR] = "1"  # the notebooks' own build_ahead cells have nothing left to do
         print(f"kernels and build cells built in {prebuild_s:.0f} s"
               + (f"; failed: {'; '.join(f'{label} ({why[-300:]})' for label, why in failed.items())} "
                  "(the notebooks that need them will say more)" if failed else ""),

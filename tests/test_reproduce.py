@@ -62,6 +62,33 @@ def test_prebuild_builds_every_library(monkeypatch):
     assert all(int(jobs) >= 2 for _, jobs in started)
 
 
+def test_build_ahead_builds_what_a_notebook_names_and_its_build_cells(monkeypatch):
+    started = []
+
+    class Process:
+        def __init__(self, command, **options):
+            started.append(command[-1])
+            self.returncode = 0
+
+        def wait(self):
+            return self.returncode
+
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
+    monkeypatch.delenv(reproduce.PREBUILT_ENV_VAR, raising=False)
+    line = reproduce.build_ahead("02_first_cuda_kernel.ipynb", kernels=("selu_naive", "mistakes"))
+    assert line.startswith("2 kernel libraries and the build cells of 02_first_cuda_kernel.ipynb, built at once")
+    libraries = [s for s in started if "build.load(" in s]
+    assert sorted(libraries) == sorted(f"from helpers import build; build.load({k!r})" for k in ("selu_naive", "mistakes"))
+    cells = reproduce.build_cell_jobs(env.NOTEBOOKS_DIR / "02_first_cuda_kernel.ipynb")
+    assert len(started) == 2 + len(cells) and cells
+    started.clear()
+    monkeypatch.setenv(reproduce.PREBUILT_ENV_VAR, "1")
+    assert reproduce.build_ahead("02_first_cuda_kernel.ipynb", ("selu_naive",)) == "built ahead by make reproduce"
+    assert started == []
+    with pytest.raises(ValueError, match="no kernel library named"):
+        reproduce.prebuild([], kernels=("selu_fast",))
+
+
 def tagged(source, *tags):
     cell = nbformat.v4.new_code_cell(source)
     if tags:
