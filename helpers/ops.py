@@ -39,7 +39,7 @@ SCHEMAS = {
     # notebook 02: one thread per element, float32 only
     "selu_naive": "(Tensor x) -> Tensor",
     "selu_naive.out": "(Tensor x, *, Tensor(a!) out) -> ()",
-    # notebook 02's control experiment: the naive kernel with several independent loads per thread
+    # notebook 03's control experiment: the naive kernel with several independent loads per thread
     "selu_naive_unrolled": "(Tensor x, int elements_per_thread) -> Tensor",
     # notebook 03: 16-byte vectors, every floating dtype
     "selu_vectorized": "(Tensor x) -> Tensor",
@@ -503,7 +503,7 @@ def selu_naive_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def selu_naive_unrolled(x: torch.Tensor, elements_per_thread: int) -> torch.Tensor:
-    """Notebook 02's control: the naive kernel, each thread loading ``elements_per_thread``
+    """Notebook 03's control: the naive kernel, each thread loading ``elements_per_thread``
     floats (1, 2, 4 or 8) before computing any; on a CPU, the knob is checked and ignored."""
     return torch.ops.selu_course.selu_naive_unrolled.default(x, elements_per_thread)
 

@@ -54,7 +54,7 @@ inline void check_launch_config(int64_t threads_per_block, int64_t vectors_per_t
               "grid) or k > 0 (at most k blocks per SM, grid-stride loop), got ", max_blocks_per_sm, ".");
 }
 
-// The independent loads per thread of selu_course::selu_naive_unrolled (notebook 02's
+// The independent loads per thread of selu_course::selu_naive_unrolled (notebook 03's
 // control experiment), checked the same way on every device.
 inline void check_elements_per_thread(int64_t elements_per_thread, const char* op) {
   TORCH_CHECK(elements_per_thread == 1 || elements_per_thread == 2 || elements_per_thread == 4 ||

@@ -39,15 +39,16 @@ __global__ void selu_naive_kernel(const float* x, float* y, int64_t numel, Op op
 // endregion
 
 // region: unrolled
-// The control experiment of notebook 02: the naive kernel with ELEMENTS elements
+// The control experiment of notebook 03 (section 1): the naive kernel with ELEMENTS elements
 // per thread, their ELEMENTS 4-byte loads all issued before the first is used.
 // A 16-byte vector changes three things at once against one 4-byte load: the
 // bytes each thread has in flight, the memory instructions per byte, and the
 // number of blocks. With ELEMENTS = 4 this kernel has the bytes in flight and
 // the block count of one 16-byte vector per thread, and the instructions of four
 // scalar loads: the same loads as the naive kernel (plain ld.global.f32), only
-// more of them in flight. Element e of block b's tile goes to thread
-// e % blockDim.x, so that at every step a warp touches 32 consecutive floats.
+// more of them in flight. Element k of a block's tile of ELEMENTS x blockDim.x
+// goes to thread k % blockDim.x, so that at every step a warp touches 32
+// consecutive floats.
 template <int ELEMENTS, typename Op>
 __global__ void selu_naive_unrolled_kernel(const float* x, float* y, int64_t numel, Op op) {
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x * ELEMENTS + threadIdx.x;
