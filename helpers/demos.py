@@ -478,6 +478,7 @@ def cancellation_near_zero(device=None, points: int = 181) -> Cancellation:
 
 FAST_MATH_FILE = "02_fast_math.json"  # beside benchmarks.json in results/<device>/
 FAST_MATH_FLAGS = ("-use_fast_math",)
+NAIVE_KERNEL = "selu_naive_kernel<selu_course::SeluOp>"  # the PTX name of notebook 02's SELU kernel
 
 
 def _instructions(ptx: str, kernel: str) -> list[str]:
@@ -493,8 +494,8 @@ def show_fast_math_ptx(shown: int = 6) -> None:
     if env.nvcc_path() is None:
         print("nvcc not found: install the CUDA toolkit to compare the PTX (no GPU needed)")
         return
-    normal = _instructions(nvcc.compile_ptx("selu_naive.cu"), "SeluOp>")
-    fast = _instructions(nvcc.compile_ptx("selu_naive.cu", extra_flags=FAST_MATH_FLAGS), "SeluOp>")
+    normal = _instructions(nvcc.compile_ptx("selu_naive.cu"), NAIVE_KERNEL)
+    fast = _instructions(nvcc.compile_ptx("selu_naive.cu", extra_flags=FAST_MATH_FLAGS), NAIVE_KERNEL)
     changed = [(a, b) for a, b in zip(normal, fast) if a != b]
     only_ftz = len(normal) == len(fast) and all(b.replace(".ftz", "") == a for a, b in changed)
     print(f"selu kernel: {len(changed)} of {len(normal)} instructions changed, all by .ftz only: {only_ftz}")

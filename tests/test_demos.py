@@ -201,6 +201,15 @@ def test_what_fast_math_did(normal, fast, verdict):
     assert demos.what_fast_math_did(normal, fast) == verdict
 
 
+@pytest.mark.skipif(env.nvcc_path() is None, reason="needs nvcc")
+def test_show_fast_math_ptx_reads_the_naive_kernel(capsys):
+    # selu_naive.cu holds more kernels than notebook 02's (the unrolled control): the demo
+    # must pick that one by its whole name.
+    demos.show_fast_math_ptx()
+    out = capsys.readouterr().out
+    assert "selu kernel:" in out and "all by .ftz only: True" in out
+
+
 def test_measure_fast_math_on_the_cpu_changes_nothing(operators, tmp_path, monkeypatch):
     table = demos.measure_fast_math(device="cpu")
     assert len(table["rows"]) == demos.fast_math_probe("cpu").numel()
