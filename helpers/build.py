@@ -71,6 +71,7 @@ KERNELS = {
     ),
     "selu_backward": KernelSpec("selu_backward_cpu.cpp", "selu_backward.cu",
                                 ("selu_backward", "selu_backward_from_output")),
+    "latency_chain": KernelSpec("latency_chain_cpu.cpp", "latency_chain.cu", ("pointer_chase",)),
     "mistakes": KernelSpec(
         "mistakes_cpu.cpp", "mistakes.cu",
         ("mistake_missing_minus_one", "mistake_expf_minus_one", "mistake_legacy_default_stream",

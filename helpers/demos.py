@@ -49,6 +49,10 @@ __all__ = [
     "registrations",
     # section 2: Little's law
     "DRAM_LATENCY_S",
+    "LATENCY_FILE",
+    "random_cycle",
+    "measure_latency",
+    "latency_line",
     "KNOWN_GPUS",
     "GpuShape",
     "LittlesLaw",
@@ -341,6 +345,48 @@ def littles_law(records: list[dict], device=None, *, bytes_per_thread: int = 4,
     device = torch.device(device) if device is not None else env.default_device()
     source = getattr(records, "source", None) or f"{copy['device']}, {copy['date']}"
     return LittlesLaw(gpu_shape(copy["device"], device), copy["gbps"], latency_s, bytes_per_thread, source)
+
+
+# A load's latency, measured: one thread follows a random cycle of indices through a
+# table far larger than the L2 cache (ops.pointer_chase), so that every step waits for
+# the one before it and nearly every one is a DRAM access. That is the latency of a load
+# on an idle GPU, TLB misses included; under a full load of traffic queues add to it,
+# so it is the least Little's law can ask for, not the most.
+LATENCY_FILE = "02_latency.json"  # beside benchmarks.json in results/<device>/
+LATENCY_TABLE_BYTES = 1 << 30  # 1 GiB: at least 20 times the L2 of an H100 or H200
+LATENCY_STEPS = 1 << 14  # about 10 ms of loads on a GPU, one at a time
+
+
+def random_cycle(numel: int, device=None, seed: int = 0) -> torch.Tensor:
+    """An int64 table ``next`` of ``numel`` entries (a power of two) that links every index
+    into one cycle in a random order: following it from 0 visits all of them before 0 again."""
+    if numel <= 0 or numel & (numel - 1):
+        raise ValueError(f"numel must be a power of two, got {numel}")
+    order = torch.randperm(numel, generator=torch.Generator().manual_seed(seed))
+    table = torch.empty(numel, dtype=torch.int64)
+    table[order] = order.roll(-1)  # each index points at the one after it in the random order
+    return table.to(device if device is not None else env.default_device())
+
+
+def measure_latency(device=None, table_bytes: int = LATENCY_TABLE_BYTES, steps: int = LATENCY_STEPS) -> dict:
+    """The time per step of :func:`helpers.ops.pointer_chase` over a :func:`random_cycle` of
+    ``table_bytes``: the median of the timer (less the call with no steps, the launch), over ``steps``."""
+    device = torch.device(device) if device is not None else env.default_device()
+    table = random_cycle(table_bytes // 8, device)
+    chased = bench.time_fn(lambda: ops.pointer_chase(table, steps), device=device).median_ms
+    empty = bench.time_fn(lambda: ops.pointer_chase(table, 0), device=device).median_ms
+    del table
+    return {"device": bench.device_name(device), "device_slug": env.device_slug(device),
+            "table_bytes": table_bytes, "steps": steps, "median_ms": chased, "no_steps_ms": empty,
+            "latency_ns": (chased - empty) * 1e6 / steps}
+
+
+def latency_line(table: dict | None, source: str) -> str:
+    """One line that reads the measurement of :func:`measure_latency`."""
+    if table is None:
+        return f"no latency measured: {source}"
+    return (f"{table['latency_ns']:.0f} ns per dependent load over a {table['table_bytes'] / 2**30:.0f} GiB random "
+            f"cycle on {table['device']} ({table['steps']:,} steps in {table['median_ms']:.2f} ms; {source})")
 
 
 # ----------------------------------------------------------------------------- section 3a: extern "C"

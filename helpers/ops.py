@@ -54,6 +54,8 @@ SCHEMAS = {
     "selu_backward_from_output": "(Tensor grad, Tensor y) -> Tensor",
     # notebook 03's yardstick: the vectorized kernel's loop with no math, a copy (every dtype)
     "copy_vectorized": "(Tensor x) -> Tensor",
+    # notebook 02's latency probe: follow a chain of int64 indices (kernels/latency_chain*)
+    "pointer_chase": "(Tensor next, int steps) -> Tensor",
     # notebook 02's first drafts: wrong on purpose (kernels/mistakes*.c*)
     "mistake_missing_minus_one": "(Tensor x) -> Tensor",
     "mistake_expf_minus_one": "(Tensor x) -> Tensor",
@@ -68,12 +70,14 @@ DTYPES = {name: FLOAT_DTYPES if name.startswith(("selu_vectorized", "selu_backwa
 BACKWARD_OPS = ("selu_backward", "selu_backward_from_output")
 # Operators that compute no SELU: a copy, whose gradient is the incoming one (_register_copy_autograd).
 COPY_OPS = ("copy_vectorized",)
+# Operators on integer tensors, which have no gradient: the latency probe.
+PROBE_OPS = ("pointer_chase",)
 # Operators that write into their input (``Tensor(a!) x``): register_autograd takes only
 # functional schemas, so their autograd rule is an Autograd-key kernel (_register_in_place).
 IN_PLACE_OPS = ("selu_vectorized_",)
 # The functional forward operators: the ones an autograd rule is registered for.
 FORWARD_OPS = tuple(name for name in SCHEMAS
-                    if "." not in name and name not in BACKWARD_OPS + IN_PLACE_OPS + COPY_OPS)
+                    if "." not in name and name not in BACKWARD_OPS + IN_PLACE_OPS + COPY_OPS + PROBE_OPS)
 
 # Kept alive for the life of the process: dropping a Library object deregisters
 # what it registered.
@@ -156,6 +160,21 @@ _ARGUMENT_CHECKS = {"selu_vectorized_with_config": _check_launch_config,
                     "selu_naive_unrolled": _check_elements_per_thread}
 
 
+def _fake_pointer_chase(next_index: torch.Tensor, steps: int) -> torch.Tensor:
+    # The rules of kernels/latency_chain.h's check_chain, in its words.
+    name = qualified("pointer_chase")
+    if next_index.dtype != torch.int64:
+        raise RuntimeError(f"{name}: the chain holds int64 indices, got {next_index.dtype}; "
+                           "build it with helpers.demos.random_cycle.")
+    size = next_index.numel()
+    if next_index.dim() != 1 or size == 0 or size & (size - 1):
+        raise RuntimeError(f"{name}: the chain must be a contiguous 1-D tensor whose length is a power of two, "
+                           f"got shape {tuple(next_index.shape)}.")
+    if steps < 0:
+        raise RuntimeError(f"{name}: steps must be 0 or more, got {steps}.")
+    return next_index.new_empty(())
+
+
 def _register_fakes() -> None:
     """What each result looks like, computed from its inputs' metadata alone.
 
@@ -178,8 +197,9 @@ def _register_fakes() -> None:
             _check_dtype(_name, x)
 
         torch.library.register_fake(qualified(name), fake_in_place, lib=_LIBRARY)
+    torch.library.register_fake(qualified("pointer_chase"), _fake_pointer_chase, lib=_LIBRARY)
     for name in SCHEMAS:
-        if name in BACKWARD_OPS + IN_PLACE_OPS:
+        if name in BACKWARD_OPS + IN_PLACE_OPS + PROBE_OPS:
             continue
         if name.endswith(".out"):
             def fake_out(x, *, out, _name=name.removesuffix(".out")):
@@ -500,6 +520,12 @@ def selu_naive_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """:func:`selu_naive` into ``out`` (x's shape, dtype and device); returns ``out``."""
     torch.ops.selu_course.selu_naive.out(x, out=out)
     return out
+
+
+def pointer_chase(next_index: torch.Tensor, steps: int) -> torch.Tensor:
+    """Notebook 02's latency probe: starting at 0, ``steps`` times ``i = next_index[i]`` (masked to
+    the table's power-of-two length), one load at a time; the index reached, a 0-d int64 tensor."""
+    return torch.ops.selu_course.pointer_chase.default(next_index, steps)
 
 
 def selu_naive_unrolled(x: torch.Tensor, elements_per_thread: int) -> torch.Tensor:

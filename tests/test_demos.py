@@ -330,3 +330,18 @@ def test_zeros_like_summary_reads_the_runs_and_the_fill():
     assert f"the zero fill alone: 1.000 ms, writing {fill_gbps:.0f} GB/s" in text
     assert "empty_like's kernel + the fill alone: 3.000 ms; zeros_like measured: 3.000 ms" in text
     assert demos.zeros_like_summary(records[:1]) == "no records of both allocations"
+
+
+# ----------------------------------------------------------------------------- section 2: the latency probe
+
+
+def test_measure_latency_on_the_cpu(operators):
+    build.load("latency_chain", backend="cpu")
+    table = demos.measure_latency("cpu", table_bytes=1 << 20, steps=1 << 12)
+    assert table["steps"] == 1 << 12 and table["table_bytes"] == 1 << 20
+    assert table["latency_ns"] > 0 and table["median_ms"] > table["no_steps_ms"]
+    line = demos.latency_line(table, "measured in this run")
+    assert line.endswith("measured in this run)") and " ns per dependent load over a " in line
+    assert demos.latency_line(None, "needs a GPU").startswith("no latency measured")
+    with pytest.raises(ValueError, match="power of two"):
+        demos.random_cycle(12)

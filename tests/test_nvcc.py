@@ -357,3 +357,15 @@ def test_fast_math_flushes_denormals_in_the_selu_kernel(compiled):
     assert re.search(r"\b(setp|mul|fma\.rn)\.ftz\.f32\b", fast[selu])
     expf_draft = next(name for name in fast if "ExpfMinusOneOp>" in name)
     assert "ex2.approx.ftz.f32" in fast[expf_draft]
+
+
+def test_the_latency_probe_loads_one_at_a_time_past_l1(compiled):
+    # kernels/latency_chain.cu: every load of the chain skips L1 (ld.global.cg) and takes its
+    # address from the load before it; no vector load, nothing read ahead.
+    (body,) = nvcc.kernels(ptx_of(compiled, "latency_chain.cu")).values()
+    loads = re.findall(r"ld\.global\.(\S+)\s+(%rd\d+), \[(%rd\d+)\];", body)
+    assert loads and all(form == "cg.s64" for form, _, _ in loads)
+    # Each load's address register is computed from the previous load's value: the chain.
+    for (_, previous, _), (_, _, address) in zip(loads, loads[1:]):
+        assert re.search(rf"and\.b64\s+%rd\d+, {re.escape(previous)},", body), previous
+    assert nvcc.vector_loads(ptx_of(compiled, "latency_chain.cu")) == {}

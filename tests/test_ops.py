@@ -26,14 +26,16 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import build, check, env, ops
+from helpers import build, check, demos, env, ops
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 # The unary operators of notebooks 02 and 03: tests/test_backward.py has notebook 04's
 # (the backward operators and the in-place forward).
-# The copy computes no SELU and has a gradient from the start: its tests are at the end.
-OPERATORS = tuple(name for name in ops.SCHEMAS if name not in ops.BACKWARD_OPS + ops.IN_PLACE_OPS + ops.COPY_OPS)
+# The copy computes no SELU and has a gradient from the start, and the latency probe takes
+# integers: their tests are at the end.
+OPERATORS = tuple(name for name in ops.SCHEMAS
+                  if name not in ops.BACKWARD_OPS + ops.IN_PLACE_OPS + ops.COPY_OPS + ops.PROBE_OPS)
 FUNCTIONAL_OPERATORS = tuple(name for name in OPERATORS if not name.endswith(".out"))
 OUT_OPERATORS = tuple(name for name in OPERATORS if name.endswith(".out"))
 # The operators that compute selu (the mistakes compute something else on purpose).
@@ -613,3 +615,51 @@ def test_copy_compiles_into_one_graph(device, fresh_dynamo):
     x = normal((33, 17), torch.float32, device).t()
     y = torch.compile(lambda t: ops.copy_vectorized(t) * 2, fullgraph=True)(x)
     assert torch.equal(y, x * 2) and y.stride() == x.stride()
+
+
+# ----------------------------------------------------------------------------- the latency probe
+
+
+def test_pointer_chase_follows_the_chain(device):
+    ring = ((torch.arange(16) + 3) % 16).to(device)  # i -> i + 3: after s steps, 3 s mod 16
+    for steps in (0, 1, 5, 16, 1000):
+        reached = ops.pointer_chase(ring, steps)
+        assert reached.shape == () and reached.dtype == torch.int64 and reached.device.type == device
+        assert reached.item() == 3 * steps % 16
+
+
+def test_a_random_cycle_visits_every_index_once(device):
+    table = demos.random_cycle(64, device, seed=3)
+    seen, index = [], 0
+    for _ in range(64):
+        seen.append(index)
+        index = table[index].item()
+    assert index == 0 and sorted(seen) == list(range(64))
+    assert ops.pointer_chase(table, 64).item() == 0 and ops.pointer_chase(table, 7).item() == seen[7]
+
+
+def test_pointer_chase_reads_in_bounds_whatever_the_table_holds(device):
+    # Each index is masked to the table's length: garbage cannot send a load outside it.
+    garbage = torch.tensor([-5, 2**40 + 1, 7, -(2**62), 12, 3, 99, 1], dtype=torch.int64, device=device)
+    assert 0 <= ops.pointer_chase(garbage, 1000).item() < 8
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: torch.zeros(8, dtype=torch.int32, device=d), "int64 indices"),
+    (lambda d: torch.zeros(12, dtype=torch.int64, device=d), "power of two"),
+    (lambda d: torch.zeros(0, dtype=torch.int64, device=d), "power of two"),
+    (lambda d: torch.zeros(4, 4, dtype=torch.int64, device=d), "1-D"),
+])
+def test_pointer_chase_refuses_a_bad_table(device, make, message):
+    for where in (device, "meta"):
+        with pytest.raises(RuntimeError, match=message):
+            ops.pointer_chase(make(where), 1)
+    with pytest.raises(RuntimeError, match="steps must be 0 or more"):
+        ops.pointer_chase(torch.zeros(8, dtype=torch.int64, device=device), -1)
+
+
+def test_pointer_chase_opcheck(device):
+    table = demos.random_cycle(32, device)
+    torch.library.opcheck(ops.overload("pointer_chase"), (table, 9))
+    y = torch.compile(lambda t: ops.pointer_chase(t, 9) + 1, fullgraph=True)(table)
+    assert y.item() == ops.pointer_chase(table, 9).item() + 1
