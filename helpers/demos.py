@@ -52,6 +52,8 @@ __all__ = [
     "LATENCY_FILE",
     "random_cycle",
     "measure_latency",
+    "latency",
+    "latency_s",
     "latency_line",
     "KNOWN_GPUS",
     "GpuShape",
@@ -379,6 +381,18 @@ def measure_latency(device=None, table_bytes: int = LATENCY_TABLE_BYTES, steps: 
     return {"device": bench.device_name(device), "device_slug": env.device_slug(device),
             "table_bytes": table_bytes, "steps": steps, "median_ms": chased, "no_steps_ms": empty,
             "latency_ns": (chased - empty) * 1e6 / steps}
+
+
+def latency() -> tuple[dict | None, str]:
+    """:func:`measure_latency` on this GPU (saved as :data:`LATENCY_FILE`), or the committed
+    H100 table; and a line that says which."""
+    return results.here_or_reference_table(measure_latency, LATENCY_FILE)
+
+
+def latency_s(table: dict | None) -> float:
+    """The latency that Little's law should use: the measured one in seconds, or
+    :data:`DRAM_LATENCY_S` (an assumption) where nothing was measured."""
+    return table["latency_ns"] * 1e-9 if table else DRAM_LATENCY_S
 
 
 def latency_line(table: dict | None, source: str) -> str:

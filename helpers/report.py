@@ -178,14 +178,15 @@ def first_look() -> results.Records:
     return _keep(records, _is_default_launch)
 
 
-def littles_law(records) -> str:
+def littles_law(records, latency_s: float = demos.DRAM_LATENCY_S) -> str:
     """Little's law (:func:`helpers.demos.littles_law`) for one 4-byte load per thread (the naive
-    kernel) and one 16-byte load (the vectorized kernel in fp32), and each kernel's % of the
-    copy in ``records``."""
+    kernel) and one 16-byte load (the vectorized kernel in fp32), at ``latency_s`` (e.g.
+    :func:`helpers.demos.latency_s` of the measured latency), and each kernel's % of the copy
+    in ``records``."""
     if not any(r["variant"] == COPY for r in records):
         return "no copy measured, so no bandwidth to apply Little's law to"
-    naive = demos.littles_law(records, bytes_per_thread=4)
-    vectorized = demos.littles_law(records, bytes_per_thread=16)
+    naive = demos.littles_law(records, bytes_per_thread=4, latency_s=latency_s)
+    vectorized = demos.littles_law(records, bytes_per_thread=16, latency_s=latency_s)
     lines = [str(naive),
              f"at most, one 16-byte load per thread (the vectorized kernel, fp32): {vectorized.most_bytes / 1e6:.2f} MB, "
              f"{vectorized.ratio:.1f}x the need"]

@@ -343,5 +343,13 @@ def test_measure_latency_on_the_cpu(operators):
     line = demos.latency_line(table, "measured in this run")
     assert line.endswith("measured in this run)") and " ns per dependent load over a " in line
     assert demos.latency_line(None, "needs a GPU").startswith("no latency measured")
+    assert demos.latency_s(table) == pytest.approx(table["latency_ns"] * 1e-9)
+    assert demos.latency_s(None) == demos.DRAM_LATENCY_S  # nothing measured: the assumption
+
+
+def test_latency_without_a_gpu_is_the_committed_table_or_says_it_needs_one(monkeypatch):
+    monkeypatch.setattr(env, "can_build_cuda", lambda: False)
+    table, source = demos.latency()
+    assert (table is None and "needs a GPU" in source) or source.startswith("no GPU here; reference")
     with pytest.raises(ValueError, match="power of two"):
         demos.random_cycle(12)

@@ -309,6 +309,8 @@ def test_first_look_and_launch_sweep_measure_save_and_tabulate(gpu_path, tmp_pat
     assert first.measured and first.source.startswith("measured in this run")
     assert [r["variant"] for r in first] == [COPY, "selu_naive", "selu_vectorized", "copy_vectorized"]
     assert "selu_vectorized at" in report.littles_law(first)
+    # A measured latency changes what Little's law asks for: twice the latency, twice the bytes.
+    assert report.littles_law(first, latency_s=1.4e-6) != report.littles_law(first)
 
     launch = report.launch_sweep()
     assert len(launch) == 21 and len({r["run"] for r in launch}) == 1
