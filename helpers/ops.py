@@ -72,6 +72,7 @@ BACKWARD_OPS = ("selu_backward", "selu_backward_from_output")
 COPY_OPS = ("copy_vectorized",)
 # Operators on integer tensors, which have no gradient: the latency probe.
 PROBE_OPS = ("pointer_chase",)
+DTYPES.update({name: (torch.int64,) for name in PROBE_OPS})
 # Operators that write into their input (``Tensor(a!) x``): register_autograd takes only
 # functional schemas, so their autograd rule is an Autograd-key kernel (_register_in_place).
 IN_PLACE_OPS = ("selu_vectorized_",)
@@ -167,7 +168,7 @@ def _fake_pointer_chase(next_index: torch.Tensor, steps: int) -> torch.Tensor:
         raise RuntimeError(f"{name}: the chain holds int64 indices, got {next_index.dtype}; "
                            "build it with helpers.demos.random_cycle.")
     size = next_index.numel()
-    if next_index.dim() != 1 or size == 0 or size & (size - 1):
+    if next_index.dim() != 1 or not next_index.is_contiguous() or size == 0 or size & (size - 1):
         raise RuntimeError(f"{name}: the chain must be a contiguous 1-D tensor whose length is a power of two, "
                            f"got shape {tuple(next_index.shape)}.")
     if steps < 0:

@@ -649,6 +649,7 @@ def test_pointer_chase_reads_in_bounds_whatever_the_table_holds(device):
     (lambda d: torch.zeros(12, dtype=torch.int64, device=d), "power of two"),
     (lambda d: torch.zeros(0, dtype=torch.int64, device=d), "power of two"),
     (lambda d: torch.zeros(4, 4, dtype=torch.int64, device=d), "1-D"),
+    (lambda d: torch.zeros(16, dtype=torch.int64, device=d)[::2], "contiguous"),
 ])
 def test_pointer_chase_refuses_a_bad_table(device, make, message):
     for where in (device, "meta"):

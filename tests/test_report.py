@@ -333,6 +333,16 @@ def test_the_control_measures_every_unrolling_and_the_vectorized_kernel(gpu_path
     assert "| selu_vectorized (256 threads × 1 vectors, one-shot grid) | 16 B | 1 | 1,024 |" in table
 
 
+def test_the_control_keeps_the_run_that_timed_the_unrolled_kernels(monkeypatch):
+    other = [rec(COPY, REF, 4.0, run="sweep"), rec("selu_vectorized", REF, 4.1, run="sweep", config=report.CONTROL_LAUNCH)]
+    control = [rec(COPY, REF, 4.0, run="control"), rec(report.unrolled_variant(1), REF, 5.0, run="control"),
+               rec("selu_vectorized", REF, 4.2, run="control", config=report.CONTROL_LAUNCH)]
+    monkeypatch.setattr(results, "here_or_reference", lambda *a, **k: as_records(other + control))
+    assert {r["run"] for r in report.control()} == {"control"}
+    monkeypatch.setattr(results, "here_or_reference", lambda *a, **k: as_records(other))
+    assert list(report.control()) == []  # no control run committed: nothing from the sweep's run
+
+
 def test_control_table_reads_the_records():
     rows = [rec(COPY, REF, 4.0)]
     rows += [rec(report.unrolled_variant(k), REF, 4.0 * (1 + 0.1 / k), repeats=[4.0, 4.04]) for k in report.UNROLLED]
