@@ -375,12 +375,17 @@ def measure_latency(device=None, table_bytes: int = LATENCY_TABLE_BYTES, steps: 
     ``table_bytes``: the median of the timer (less the call with no steps, the launch), over ``steps``."""
     device = torch.device(device) if device is not None else env.default_device()
     table = random_cycle(table_bytes // 8, device)
-    chased = bench.time_fn(lambda: ops.pointer_chase(table, steps), device=device).median_ms
-    empty = bench.time_fn(lambda: ops.pointer_chase(table, 0), device=device).median_ms
+    # Every call follows the same first steps of the chain, a few hundred KB that the L2
+    # cache would keep from one call to the next: on a GPU the timer must flush it
+    # between calls, as triton.testing.do_bench does.
+    chased = bench.time_fn(lambda: ops.pointer_chase(table, steps), device=device)
+    empty = bench.time_fn(lambda: ops.pointer_chase(table, 0), device=device)
     del table
     return {"device": bench.device_name(device), "device_slug": env.device_slug(device),
-            "table_bytes": table_bytes, "steps": steps, "median_ms": chased, "no_steps_ms": empty,
-            "latency_ns": (chased - empty) * 1e6 / steps}
+            "table_bytes": table_bytes, "steps": steps, "median_ms": chased.median_ms,
+            "no_steps_ms": empty.median_ms, "method": chased.method,
+            "l2_flushed": device.type == "cuda" and chased.method == bench.METHOD_DO_BENCH,
+            "latency_ns": (chased.median_ms - empty.median_ms) * 1e6 / steps}
 
 
 def latency() -> tuple[dict | None, str]:
@@ -399,8 +404,11 @@ def latency_line(table: dict | None, source: str) -> str:
     """One line that reads the measurement of :func:`measure_latency`."""
     if table is None:
         return f"no latency measured: {source}"
-    return (f"{table['latency_ns']:.0f} ns per dependent load over a {table['table_bytes'] / 2**30:.0f} GiB random "
+    line = (f"{table['latency_ns']:.0f} ns per dependent load over a {table['table_bytes'] / 2**30:g} GiB random "
             f"cycle on {table['device']} ({table['steps']:,} steps in {table['median_ms']:.2f} ms; {source})")
+    if table["device_slug"] != "cpu" and not table.get("l2_flushed"):
+        line += "; the timer did not flush L2 between calls (no triton here), so this is mostly L2's latency"
+    return line
 
 
 # ----------------------------------------------------------------------------- section 3a: extern "C"

@@ -343,6 +343,10 @@ def test_measure_latency_on_the_cpu(operators):
     line = demos.latency_line(table, "measured in this run")
     assert line.endswith("measured in this run)") and " ns per dependent load over a " in line
     assert demos.latency_line(None, "needs a GPU").startswith("no latency measured")
+    assert not table["l2_flushed"] and "L2" not in line  # a CPU has no L2 flush to miss
+    gpu = {**table, "device": "Test GPU", "device_slug": "test"}
+    assert "did not flush L2" in demos.latency_line(gpu, "measured") and "did not" not in \
+        demos.latency_line({**gpu, "l2_flushed": True}, "measured")
     assert demos.latency_s(table) == pytest.approx(table["latency_ns"] * 1e-9)
     assert demos.latency_s(None) == demos.DRAM_LATENCY_S  # nothing measured: the assumption
 
