@@ -550,19 +550,12 @@ def selu_economical(x: torch.Tensor, degree: int = 7) -> torch.Tensor:
     return torch.where(x < 0, negative, _mul(x, scale))
 
 
-def every_input(dtype: torch.dtype) -> torch.Tensor:
-    """All 65,536 values of a 16-bit ``dtype``."""
-    return torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
-
-
 def polynomial_mismatches(degree: int, dtypes=(torch.float16, torch.bfloat16)) -> dict[str, int]:
     """Per 16-bit dtype, how many of its 65,536 inputs the economical SELU with a polynomial
     of ``degree`` rounds to another value than ``torch.selu`` on the CPU (NaNs alike count as equal)."""
     found = {}
     for dtype in dtypes:
-        x = every_input(dtype)
-        ours = selu_economical(x.float(), degree).to(dtype)
-        torchs = torch.selu(x)
-        same = (ours.view(torch.int16) == torchs.view(torch.int16)) | (ours.isnan() & torchs.isnan())
-        found[dtype_name(dtype)] = int((~same).sum())
+        x = check.every_16_bit_value(dtype, "cpu")
+        match = check.agreement(selu_economical(x.float(), degree).to(dtype), torch.selu(x))
+        found[dtype_name(dtype)] = x.numel() - match.identical
     return found

@@ -130,6 +130,8 @@ def check_read_only_answer(answer: str | None) -> Answer:
     """Notebook 03, exercise 3: which rule forbids ``ld.global.nc`` (``__ldg``) in the in-place call."""
     if answer is None:
         return _open("set answer to one letter: " + "; ".join(f"({k}) {v}" for k, v in READ_ONLY_CHOICES.items()))
+    if not isinstance(answer, str) or answer not in READ_ONLY_CHOICES:
+        return Answer("wrong", f"{answer!r} is not one of the letters {', '.join(READ_ONLY_CHOICES)}")
     if answer == READ_ONLY_ANSWER:
         return Answer("right", "the read-only data must stay unwritten while the kernel runs; that a test passes "
                                "on one GPU says only that its cache timing hid the race there")
@@ -137,7 +139,7 @@ def check_read_only_answer(answer: str | None) -> Answer:
            "c": "plain ld.global then st.global of one address by one thread is ordered and fine: that is "
                 "how the in-place instantiation works",
            "d": "alignment is the same for both loads, and the launcher checks it either way"}
-    return Answer("wrong", why.get(answer, f"{answer!r} is not one of {', '.join(READ_ONLY_CHOICES)}"))
+    return Answer("wrong", why[answer])
 
 
 def check_launch_for_size_answer(answer: tuple[int, int] | None, numel: int, config: tuple[int, int, int],
@@ -151,6 +153,8 @@ def check_launch_for_size_answer(answer: tuple[int, int] | None, numel: int, con
     if answer is None:
         return _open(f"set answer to (threads per block, vectors per thread) for {numel:,} "
                      f"{bench.dtype_name(dtype)} elements under {config} on {sms} SMs")
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
+        return Answer("wrong", f"{answer!r} is not a pair: set answer to (threads per block, vectors per thread)")
     if tuple(answer) == (threads, vectors):
         blocks = tuning.blocks_for(numel, dtype, threads, vectors)
         return Answer("right", f"{threads} threads × {vectors} vectors: {blocks:,} blocks, at least "
@@ -240,6 +244,8 @@ def check_polynomial_answer(answer: dict | None, degree: int = 5) -> Answer:
     if answer is None:
         return _open(f'set answer to {{"float16": "matches" or "differs", "bfloat16": ...}} for a polynomial '
                      f"of degree {degree}")
+    if not isinstance(answer, dict):
+        return Answer("wrong", f'{answer!r} is not a dict: {{"float16": "matches" or "differs", "bfloat16": ...}}')
     found = every_gpu.polynomial_mismatches(degree)
     truth = {dtype: "matches" if count == 0 else "differs" for dtype, count in found.items()}
     summary = ", ".join(f"{dtype} {'matches on every input' if count == 0 else f'differs on {count:,} inputs'}"

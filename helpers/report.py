@@ -36,7 +36,7 @@ REGISTERS_PER_SM = 65536
 REGISTER_ALLOCATION_UNIT = 256  # registers are handed out per warp in steps of this many
 MAX_THREADS_PER_SM = 2048
 
-VECTOR_BYTES = 16
+VECTOR_BYTES = tuning.VECTOR_BYTES
 
 # Section 5: the launch configurations measured. Every (vectors, threads) pair with a
 # one-shot grid; then 4 vectors x 256 threads with the grid capped at k blocks per SM.
@@ -244,19 +244,21 @@ def control_table(records) -> Markdown:
     per 16 bytes and elements per block, as the code has them, and the measured % of the
     copy, with the spread of the repeated runs as a share of the median."""
     rows = []
-    kinds = [(unrolled_variant(k), None, f"{4 * k} B", str(4), k) for k in UNROLLED]
-    kinds.append(("selu_vectorized", CONTROL_LAUNCH, "16 B", "1", 4))
+    # Blocks of 256 threads for all of them: the naive kernel's kNaiveThreadsPerBlock, and CONTROL_LAUNCH's.
+    threads = CONTROL_LAUNCH["threads_per_block"]
+    kinds = [(unrolled_variant(k), None, f"{4 * k} B", "4", k) for k in UNROLLED]
+    kinds.append(("selu_vectorized", CONTROL_LAUNCH, "16 B", "1", 4))  # one vector: 4 floats per thread
     for variant, config, in_flight, loads_per_16, elements in kinds:
         record = results.find(records, variant, config=config, dtype=FLOAT32)
         if record is None:
             continue
         spread = bench.spread_ms(record)
-        rows.append([results.label(record), in_flight, loads_per_16, f"{256 * elements:,}",
+        rows.append([results.label(record), in_flight, loads_per_16, f"{threads * elements:,}",
                      _pct(record, records), f"{spread / record['median_ms']:.1%}" if spread else "–"])
     if not rows:
         return Markdown(f"*{_source(records)}*\n\nno records of the control yet: it is measured on a GPU")
     header = ["variant", "bytes in flight per thread", "load instructions per 16 B", "elements per block",
-              "% of the copy's throughput", "spread of 3 runs"]
+              "% of the copy's throughput", "spread of the repeated runs"]
     return Markdown(f"*{_source(records)}*\n\n" + "\n".join(_table(header, ["---"] + ["---:"] * 5, rows)))
 
 

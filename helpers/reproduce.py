@@ -103,12 +103,11 @@ def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = 
     one then reports the whole message)."""
     from . import build
 
-    if kernels is None:
-        kernels = (*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY)
-    unknown = set(kernels) - {*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY}
+    libraries = (*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY)
+    kernels = libraries if kernels is None else kernels
+    unknown = sorted(set(kernels) - set(libraries))
     if unknown:
-        raise ValueError(f"no kernel library named {sorted(unknown)}; the libraries are "
-                         f"{', '.join([*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY])}")
+        raise ValueError(f"no kernel library named {unknown}; the libraries are {', '.join(libraries)}")
     scripts = {kernel: f"from helpers import build; build.load({kernel!r})" for kernel in kernels if kernel != ENTRY}
     if ENTRY in kernels:
         scripts[ENTRY] = "from helpers import build; build.load_entry()"

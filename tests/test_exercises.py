@@ -53,7 +53,7 @@ def test_read_only_answer():
     assert exercises.check_read_only_answer(None).status == "open"
     assert exercises.check_read_only_answer(exercises.READ_ONLY_ANSWER).right
     wrong = [k for k in exercises.READ_ONLY_CHOICES if k != exercises.READ_ONLY_ANSWER]
-    assert all(exercises.check_read_only_answer(k).status == "wrong" for k in wrong + ["z"])
+    assert all(exercises.check_read_only_answer(k).status == "wrong" for k in wrong + ["z", ["b"], 2])
 
 
 def test_launch_for_size_answer():
@@ -61,6 +61,7 @@ def test_launch_for_size_answer():
     right = exercises.check_launch_for_size_answer((128, 1), 2**20, (256, 4, 0))
     assert right.right and "2,048 blocks" in right.message
     assert exercises.check_launch_for_size_answer((256, 4), 2**20, (256, 4, 0)).status == "wrong"
+    assert "not a pair" in exercises.check_launch_for_size_answer(128, 2**20, (256, 4, 0)).message
 
 
 def test_the_findings_exercise_is_checked_against_the_harness():

@@ -149,9 +149,11 @@ def test_scalar_fallback_has_no_vector_loads(compiled):
 @pytest.mark.parametrize("vectors", VECTORS_PER_THREAD)
 def test_copy_kernel_moves_what_the_selu_kernel_moves_and_computes_nothing(compiled, ctype, vectors):
     # copy_vectorized_kernel is the SELU kernel's loop with Identity: the same 16-byte
-    # accesses, and no floating-point instruction at all (no round trip through float,
-    # which would change a NaN's payload in fp16 and bf16). A search by the SELU kernel's
-    # template arguments finds the SELU kernel alone (notebook 03 counts its loads so).
+    # accesses, and no floating-point instruction at all, where any element function would
+    # show. (A round trip through float, which nvcc folds away in the PTX but which would
+    # change a NaN's payload, is what tests/test_ops.py's test_copy_is_exact_to_the_bit
+    # catches on a GPU.) A search by the SELU kernel's template arguments finds the SELU
+    # kernel alone (notebook 03 counts its loads so).
     ptx = ptx_of(compiled, "selu_vectorized.cu")
     assert len(nvcc._select(ptx, f"<{ctype}, {vectors}, false, true>")) == 1
     selu = f"selu_vectorized_kernel<{ctype}, {vectors}, false, true>"
