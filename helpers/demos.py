@@ -390,8 +390,12 @@ def measure_latency(device=None, table_bytes: int = LATENCY_TABLE_BYTES, steps: 
 
 def latency() -> tuple[dict | None, str]:
     """:func:`measure_latency` on this GPU (saved as :data:`LATENCY_FILE`), or the committed
-    H100 table; and a line that says which."""
-    return results.here_or_reference_table(measure_latency, LATENCY_FILE)
+    H100 table; and a line that says which. Builds and loads the probe's library first."""
+    def measure() -> dict:
+        build.load("latency_chain")
+        return measure_latency()
+
+    return results.here_or_reference_table(measure, LATENCY_FILE)
 
 
 def latency_s(table: dict | None) -> float:

@@ -5,6 +5,7 @@ GPUs side by side (``results/h100``, ``results/h200``). A table says which it sh
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -14,7 +15,7 @@ import tempfile
 import torch
 
 
-from . import bench, check, env, nvcc, ops, report, results, tuning
+from . import bench, check, demos, env, nvcc, ops, report, results, tuning
 from .bench import COPY, dtype_name
 from .report import Markdown, _table
 
@@ -24,7 +25,7 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 # SM that each issue one warp instruction per clock, at up to 1,980 MHz.
 SMS, SCHEDULERS_PER_SM, BOOST_CLOCK_HZ = 132, 4, 1.98e9
 WARP = 32
-LATENCY_US = (0.5, 1.0)  # a bracket for DRAM latency under load: an assumption, not a measurement
+LATENCY_US = (0.5, 1.0)  # a bracket for DRAM latency, assumed for a GPU where none was measured
 DTYPE_COLORS = {"float32": "tab:blue", "float64": "tab:purple", "bfloat16": "tab:orange", "float16": "tab:green"}
 TUNING_TABLE, INSTRUCTIONS_TABLE, MISALIGNED_TABLE = "03b_tuning.json", "03b_instructions.json", "03b_misaligned.json"
 
@@ -87,9 +88,20 @@ def two_gpus_table() -> Markdown:
 # --------------------------------------------------------------------------- 2. Little's law
 
 
+def _latency_us(slug: str) -> float | None:
+    """The DRAM latency measured on GPU ``slug`` (notebook 02, :func:`helpers.demos.latency`),
+    in µs: this run's for this GPU, else the committed one; None where none was measured."""
+    here = slug == _here()
+    path = results.results_dir() / slug / demos.LATENCY_FILE
+    table = (json.loads(path.read_text()) if path.exists() else None) if here else None
+    table = table or results.load_table(demos.LATENCY_FILE, slug)
+    return table["latency_ns"] / 1e3 if table else None
+
+
 def littles_law() -> str:
     """Bytes in flight that Little's law asks of each GPU, per SM, against what one 16-byte
-    load per resident thread provides."""
+    load per resident thread provides: at the latency measured on each GPU (notebook 02), or
+    at the bracket :data:`LATENCY_US` where none was measured, which the line then says."""
     lines = []
     for slug in _slugs():
         run = _headline(_records(slug), "float32")
@@ -97,10 +109,16 @@ def littles_law() -> str:
             continue
         bandwidth = run[COPY]["gbps"] * 1e9  # bytes per second, read + written
         reads = bandwidth / 2
-        needed = [reads * latency * 1e-6 / SMS / 1024 for latency in LATENCY_US]
-        lines.append(f"{slug.upper()}: copy at {run[COPY]['gbps']:,.0f} GB/s, so {reads / 1e9:,.0f} GB/s of loads; at "
-                     f"{LATENCY_US[0]}–{LATENCY_US[1]} µs of latency that is {needed[0]:.0f}–{needed[1]:.0f} KiB of "
-                     f"loads in flight per SM")
+        measured = _latency_us(slug)
+        if measured is not None:
+            latency = f"at the {measured * 1e3:.0f} ns of latency measured on it (notebook 02)"
+            need = f"{reads * measured * 1e-6 / SMS / 1024:.1f} KiB"
+        else:
+            low, high = (reads * bound * 1e-6 / SMS / 1024 for bound in LATENCY_US)
+            latency = f"at an assumed {LATENCY_US[0]}–{LATENCY_US[1]} µs of latency (none measured on it yet)"
+            need = f"{low:.0f}–{high:.0f} KiB"
+        lines.append(f"{slug.upper()} ({_source(slug)}): copy at {run[COPY]['gbps']:,.0f} GB/s, so "
+                     f"{reads / 1e9:,.0f} GB/s of loads; {latency}, that is {need} of loads in flight per SM")
     provided = 2048 * 16 / 1024
     lines.append(f"one 16-byte load per thread, 2,048 threads per SM: {provided:.0f} KiB per SM in flight, "
                  "before any thread issues a second")

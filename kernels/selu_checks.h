@@ -37,13 +37,20 @@ inline void check_device(const at::Tensor& x, c10::DeviceType expected, const ch
               c10::DeviceTypeName(expected, /*lower_case=*/true), "').");
 }
 
+// The largest block check_launch_config allows. The roofline kernels are compiled
+// for it (__launch_bounds__): ptxas then keeps them within the 64 registers per
+// thread that 1,024 threads may have (65,536 per SM), so that every allowed launch
+// can run; without the bound, a kernel that used more would fail at launch with
+// "too many resources requested".
+constexpr int kMaxThreadsPerBlock = 1024;
+
 // The launch knobs of selu_course::selu_vectorized_with_config, checked the same
 // way on every device (on the CPU they change nothing, but a value the CUDA
 // kernel would refuse is refused there too).
 inline void check_launch_config(int64_t threads_per_block, int64_t vectors_per_thread,
                                 int64_t max_blocks_per_sm, const char* op) {
   TORCH_CHECK(threads_per_block == 64 || threads_per_block == 128 || threads_per_block == 256 ||
-                  threads_per_block == 512 || threads_per_block == 1024,
+                  threads_per_block == 512 || threads_per_block == kMaxThreadsPerBlock,
               op, ": threads_per_block must be 64, 128, 256, 512 or 1024 (whole warps, at most 1024 per "
               "block), got ", threads_per_block, ".");
   TORCH_CHECK(vectors_per_thread == 1 || vectors_per_thread == 2 || vectors_per_thread == 4 ||

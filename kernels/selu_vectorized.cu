@@ -71,7 +71,7 @@ struct SeluElement {
 // (ld.global.nc). ALIGNED says whether x + head is 16-byte aligned too, so
 // that x is read 16 bytes at a time; if not, element by element.
 template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED>
-__global__ void selu_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) selu_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
   map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(SeluElement<T>{}, y, numel, head, x);
 }
 // endregion
@@ -93,7 +93,7 @@ __global__ void selu_scalar_kernel(const T* x, T* y, int64_t numel) {
 // is the access pattern's. The type comes last among its template arguments, so
 // that a search of the PTX for "<float, 4, false, true>" finds the SELU kernel only.
 template <int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, typename T>
-__global__ void copy_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) copy_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
   map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(Identity{}, y, numel, head, x);
 }
 
@@ -213,7 +213,7 @@ void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& conf
   // 16-byte chunk; x + head may or may not (x[1:] into a fresh y: it does not).
   const int64_t head = std::min(elements_before_alignment(y), numel);
   const bool x_aligned = is_16_byte_aligned(x + head);
-  const int64_t num_vectors = (numel - head) / kElementsPerVector<T>;  // at most: the kernel may leave 2 to its tail
+  const int64_t num_vectors = (numel - head) / kElementsPerVector<T>;  // at most: the kernel may leave one more vector to its tail
   const int64_t tiles = ceil_div(num_vectors, int64_t{config.threads_per_block} * VECTORS_PER_THREAD);
   const unsigned int blocks = grid_size(tiles, config, stream.device_index());
   const int head_elements = static_cast<int>(head);

@@ -42,14 +42,8 @@ __device__ __forceinline__ T load_element(const T* address) {
 // 16-byte load there would fault. fp32 and fp64 load the vector's elements one
 // by one; across a warp those loads still cover whole contiguous lines, and
 // the stores stay 16 bytes wide. fp16 and bf16 would need 8 loads and the
-// instructions to assemble them, which an instruction-bound H200 pays for in
-// time, so they realign in registers instead: the five 32-bit words from the
-// 4-byte boundary at or before the vector's first element, each pair funnel-
-// shifted by 0 or 16 bits into one word of the vector. The first of those
-// words may hold the element before the view; it lies in the same allocation
-// (a pointer 2 bytes past a 4-byte boundary is never an allocation's first
-// byte) and is never written. The last one may hold the element after the
-// vector, which map_vectors keeps inside the tensor (kSlackElements).
+// instructions to assemble them, so they are realigned in registers instead
+// (region realign, below) and never come here.
 template <bool IN_PLACE, bool ALIGNED, typename T>
 __device__ __forceinline__ Pack<T> load_pack(const T* input, int64_t i) {
   Pack<T> pack;
@@ -60,20 +54,6 @@ __device__ __forceinline__ Pack<T> load_pack(const T* input, int64_t i) {
     } else {
       pack.vector = __ldg(address);
     }
-  } else if constexpr (sizeof(T) == 2) {
-    const T* first = input + i * kElementsPerVector<T>;
-    const auto address = reinterpret_cast<std::uintptr_t>(first);
-    const auto* words = reinterpret_cast<const unsigned int*>(address & ~std::uintptr_t{3});
-    const unsigned int shift = (address & 2) * 8;  // 0 or 16 bits
-    unsigned int loaded[5];
-#pragma unroll
-    for (int k = 0; k < 5; ++k) {
-      loaded[k] = __ldg(words + k);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      pack.words[k] = __funnelshift_r(loaded[k], loaded[k + 1], shift);
-    }
   } else {
 #pragma unroll
     for (int e = 0; e < kElementsPerVector<T>; ++e) {
@@ -82,12 +62,160 @@ __device__ __forceinline__ Pack<T> load_pack(const T* input, int64_t i) {
   }
   return pack;
 }
+// endregion
 
-// Elements the vector loop leaves to the tail, so that a misaligned 16-bit
-// load_pack never reads past the tensor's end (its fifth word may reach one
-// element beyond the vector, two where the view is 4-byte aligned).
+// region: realign
+// A misaligned fp16 or bf16 input, read 16 bytes at a time anyway. Vector i of
+// the input starts `words` 32-bit words and `shift` bits past a 16-byte boundary
+// (the same for every i: vectors are 16 bytes apart), so it is the end of the
+// aligned 16-byte chunk i that holds its first element and the start of chunk
+// i + 1. Each lane loads its chunk i with one aligned 16-byte load, and takes
+// chunk i + 1 from the lane that loaded it as its own, with a shuffle. For that
+// the chunk must be in the same warp, so here each warp takes a run of
+// consecutive vectors (vector_index): at each step its lanes hold 32 consecutive
+// chunks, the chunk after lane 31's is lane 0's at the next step, and only the
+// chunk after the warp's whole run is loaded twice (by lane 31 at the last
+// step, and by the warp that owns it). So each byte is requested from memory
+// about once, as in the aligned kernel, where reading each vector as five 4-byte
+// words would request the same sectors up to five times over.
+//
+// Chunk 0 starts up to 14 bytes before the input's first element: memory of the
+// same allocation, since CUDA's allocators return memory aligned to 256 bytes.
+// It is read, never written. The chunk after the last vector's is kept inside
+// the tensor by map_tiles, which leaves one vector's worth of elements
+// (kSlackElements) to its one-by-one tail.
+struct Realignment {
+  const uint4* chunks;  // the 16-byte boundary at or before the input's first element
+  unsigned words;       // whole 32-bit words from there to the first element: 0 to 3
+  unsigned shift;       // and the bits past them: 0 or 16
+};
+
+template <typename T>
+__device__ __forceinline__ Realignment realignment(const T* first) {
+  static_assert(sizeof(T) == 2, "fp16 and bf16 only");
+  const auto address = reinterpret_cast<std::uintptr_t>(first);
+  const auto bytes = static_cast<unsigned>(address % kVectorBytes);
+  return {reinterpret_cast<const uint4*>(address - bytes), bytes / 4, (bytes % 4) * 8};
+}
+
+// Whether map_tiles realigns its inputs in registers: fp16 and bf16 whose
+// inputs are not all 16-byte aligned where out is.
 template <typename T, bool ALIGNED>
-constexpr int64_t kSlackElements = (ALIGNED || sizeof(T) != 2) ? 0 : 2;
+constexpr bool kRealigns = !ALIGNED && sizeof(T) == 2;
+
+// Elements the vector loop leaves to the tail, so that the chunk after the last
+// vector's, which a realigned load reads, lies inside the tensor.
+template <typename T, bool ALIGNED>
+constexpr int64_t kSlackElements = kRealigns<T, ALIGNED> ? kElementsPerVector<T> : 0;
+
+// The vector that this thread handles at step v of the tile that starts at
+// tile_start (blockDim.x * VECTORS_PER_THREAD vectors). Either way each step of
+// a warp covers 32 consecutive vectors, 512 contiguous bytes: every access is
+// fully coalesced. WARP_RUNS (realigned inputs): warp w takes vectors
+// [32 * VECTORS_PER_THREAD * w, 32 * VECTORS_PER_THREAD * (w + 1)) of the tile,
+// 32 per step. Otherwise thread t takes t, t + blockDim.x, t + 2 * blockDim.x, ...
+template <bool WARP_RUNS, int VECTORS_PER_THREAD>
+__device__ __forceinline__ int64_t vector_index(int64_t tile_start, int v) {
+  if constexpr (WARP_RUNS) {
+    const int64_t run_start = tile_start + static_cast<int64_t>(threadIdx.x / 32) * 32 * VECTORS_PER_THREAD;
+    return run_start + v * 32 + threadIdx.x % 32;
+  } else {
+    return tile_start + static_cast<int64_t>(v) * blockDim.x + threadIdx.x;
+  }
+}
+
+// One vector of a realigned input, for all lanes of the warp at once (all 32
+// must call it: it shuffles). `own` is this lane's chunk; `sent` is what this
+// lane passes to the lane before it (its own chunk, or lane 0's next one, which
+// lane 31 needs); `after` is the chunk lane 31 loaded itself at the last step,
+// used where `use_after`. WORDS is the word offset where it is known at compile
+// time (map_vectors makes it so for one input, and the realignment then selects
+// nothing at run time), or -1 for the run-time `realignment.words`.
+template <int WORDS>
+__device__ __forceinline__ uint4 realign(uint4 own, uint4 sent, uint4 after, bool use_after,
+                                         const Realignment& realignment) {
+  uint32_t chunks[8] = {own.x, own.y, own.z, own.w, 0, 0, 0, 0};
+  const uint32_t sent_words[4] = {sent.x, sent.y, sent.z, sent.w};
+  const uint32_t after_words[4] = {after.x, after.y, after.z, after.w};
+  // The next chunk's first words, from the next lane (lane 31's from lane 0):
+  // with the offset known, only those the vector reaches into.
+  constexpr int kShared = WORDS < 0 ? 4 : WORDS + 1;
+  const unsigned next_lane = (threadIdx.x + 1) % 32;
+#pragma unroll
+  for (int k = 0; k < kShared; ++k) {
+    const uint32_t shared = __shfl_sync(0xffffffffu, sent_words[k], next_lane);
+    chunks[4 + k] = use_after ? after_words[k] : shared;
+  }
+  // The five words the vector overlaps: chunks[words] to chunks[words + 4].
+  uint32_t window[5];
+  if constexpr (WORDS >= 0) {
+#pragma unroll
+    for (int k = 0; k < 5; ++k) {
+      window[k] = chunks[WORDS + k];
+    }
+  } else {
+    // A register array indexed at run time would live in local memory: select
+    // instead, by two words and then by one.
+    uint32_t by_two[6];
+#pragma unroll
+    for (int k = 0; k < 6; ++k) {
+      by_two[k] = (realignment.words & 2) ? chunks[k + 2] : chunks[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 5; ++k) {
+      window[k] = (realignment.words & 1) ? by_two[k + 1] : by_two[k];
+    }
+  }
+  // Each word of the vector: the high half of one word and the low half of the
+  // next (little-endian: the element at the lower address is the low half).
+  return make_uint4(__funnelshift_r(window[0], window[1], realignment.shift),
+                    __funnelshift_r(window[1], window[2], realignment.shift),
+                    __funnelshift_r(window[2], window[3], realignment.shift),
+                    __funnelshift_r(window[3], window[4], realignment.shift));
+}
+
+// Step 2 of map_tiles for realigned inputs: the tile's vectors of every input,
+// into packs. The shuffles need every lane of the warp, so this runs outside
+// the `i < num_vectors` test, on whatever a lane past the end holds.
+template <int WORDS, typename T, int VECTORS_PER_THREAD, int INPUTS>
+__device__ __forceinline__ void realigned_loads(Pack<T> (&packs)[INPUTS][VECTORS_PER_THREAD],
+                                                const T* (&inputs)[INPUTS], int64_t tile_start,
+                                                int64_t num_vectors) {
+  Realignment realignments[INPUTS];
+#pragma unroll
+  for (int k = 0; k < INPUTS; ++k) {
+    realignments[k] = realignment(inputs[k]);
+  }
+  const unsigned lane = threadIdx.x % 32;
+  // All loads first, so that they are in flight together: chunks 0 to
+  // num_vectors (the last one is the chunk after the last vector's), and lane
+  // 31's chunk after the warp's run.
+  uint4 own[INPUTS][VECTORS_PER_THREAD], after[INPUTS];
+  const uint4 none = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+    const int64_t i = vector_index<true, VECTORS_PER_THREAD>(tile_start, v);
+#pragma unroll
+    for (int k = 0; k < INPUTS; ++k) {
+      own[k][v] = i <= num_vectors ? __ldg(realignments[k].chunks + i) : none;
+    }
+  }
+  const int64_t after_run = vector_index<true, VECTORS_PER_THREAD>(tile_start, VECTORS_PER_THREAD - 1) + 1;
+  const bool loads_after = lane == 31 && after_run <= num_vectors;
+#pragma unroll
+  for (int k = 0; k < INPUTS; ++k) {
+    after[k] = loads_after ? __ldg(realignments[k].chunks + after_run) : none;
+  }
+#pragma unroll
+  for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+    const bool last_step = v == VECTORS_PER_THREAD - 1;
+#pragma unroll
+    for (int k = 0; k < INPUTS; ++k) {
+      const uint4 sent = (lane == 0 && !last_step) ? own[k][last_step ? v : v + 1] : own[k][v];
+      packs[k][v].vector = realign<WORDS>(own[k][v], sent, after[k], lane == 31 && last_step, realignments[k]);
+    }
+  }
+}
 // endregion
 
 // region: tile_loop
@@ -142,19 +270,21 @@ __device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std:
 // one, and everything after is done 16 bytes at a time, with out and every
 // input advanced by head. The launcher picks ALIGNED when every input is then
 // 16-byte aligned too (fresh tensors, an in-place x[1:], x[1:] into y[1:]);
-// otherwise the inputs are read element by element (load_pack).
+// otherwise fp32 and fp64 inputs are read element by element (load_pack) and
+// fp16 and bf16 inputs realigned in registers (region realign).
 //
 // The vectors are cut into tiles of blockDim.x * VECTORS_PER_THREAD; block b
 // handles tiles b, b + gridDim.x, ... (a grid-stride loop over tiles: once per
 // block with a one-shot grid, several times with a capped grid). Within a
-// tile, thread t handles vectors t, t + blockDim.x, t + 2 * blockDim.x, ...:
-// at each step the threads of a warp touch 32 consecutive vectors, 512
-// contiguous bytes, so every access is fully coalesced.
+// tile, thread t handles vectors t, t + blockDim.x, t + 2 * blockDim.x, ...
+// (realigned inputs: each warp a run of them, see vector_index): at each step
+// the threads of a warp touch 32 consecutive vectors, 512 contiguous bytes, so
+// every access is fully coalesced.
 //
 // IN_PLACE says whether out is one of the inputs: then that input is written by
-// this kernel, and the loads must be plain ones.
-template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, typename Op, typename... Inputs>
-__device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, int head, const Inputs*... inputs) {
+// this kernel, and the loads must be plain ones. WORDS: see realign.
+template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, int WORDS, typename Op, typename... Inputs>
+__device__ __forceinline__ void map_tiles(Op op, T* out, int64_t numel, int head, const Inputs*... inputs) {
   using Vector = typename VectorOf<T>::type;
   constexpr int kInputs = sizeof...(Inputs);
   static_assert(ALIGNED || !IN_PLACE, "in place, out and x are aligned alike: the head makes both aligned");
@@ -174,20 +304,24 @@ __device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, int he
     // 2. Load. The loads do not depend on each other and nothing uses them yet,
     //    so all of them are in flight at once: the thread waits for memory once
     //    per tile, not once per vector.
+    if constexpr (kRealigns<T, ALIGNED>) {
+      realigned_loads<WORDS>(packs, in_body, tile_start, num_vectors);
+    } else {
 #pragma unroll
-    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
-      if (i < num_vectors) {  // the last tile may be partial
+      for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+        const int64_t i = vector_index<false, VECTORS_PER_THREAD>(tile_start, v);
+        if (i < num_vectors) {  // the last tile may be partial
 #pragma unroll
-        for (int k = 0; k < kInputs; ++k) {
-          packs[k][v] = load_pack<IN_PLACE, ALIGNED>(in_body[k], i);
+          for (int k = 0; k < kInputs; ++k) {
+            packs[k][v] = load_pack<IN_PLACE, ALIGNED>(in_body[k], i);
+          }
         }
       }
     }
     // 3. Compute in registers and store, 16 bytes at a time.
 #pragma unroll
     for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-      const int64_t i = tile_start + v * blockDim.x + threadIdx.x;
+      const int64_t i = vector_index<kRealigns<T, ALIGNED>, VECTORS_PER_THREAD>(tile_start, v);
       if (i < num_vectors) {
         apply_to_vector<T>(op, packs, v, std::make_index_sequence<kInputs>{});
         out_vectors[i] = packs[0][v].vector;
@@ -195,11 +329,28 @@ __device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, int he
     }
   }
 
-  // 4. The tail: the elements after the last whole vector (at most 7, or 9
+  // 4. The tail: the elements after the last whole vector (at most 7, or 15
   //    with the slack) are done one by one by the first threads of block 0.
   const int64_t tail_index = head + num_vectors * kElementsPerVector<T> + threadIdx.x;
   if (blockIdx.x == 0 && tail_index < numel) {
     out[tail_index] = apply<T>(op, inputs[tail_index]...);
+  }
+}
+
+template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, typename Op, typename... Inputs>
+__device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, int head, const Inputs*... inputs) {
+  if constexpr (kRealigns<T, ALIGNED> && sizeof...(Inputs) == 1) {
+    // One input, realigned: its word offset, the same for the whole launch,
+    // picks one of four copies of the loop, in each of which it is a constant.
+    switch (realignment((inputs + head)...).words) {
+      case 0: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 0>(op, out, numel, head, inputs...);
+      case 1: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 1>(op, out, numel, head, inputs...);
+      case 2: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 2>(op, out, numel, head, inputs...);
+      default: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 3>(op, out, numel, head, inputs...);
+    }
+  } else {
+    // Several inputs (the backward kernels), each with its own offset: chosen at run time.
+    map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, -1>(op, out, numel, head, inputs...);
   }
 }
 

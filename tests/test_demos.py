@@ -357,3 +357,16 @@ def test_latency_without_a_gpu_is_the_committed_table_or_says_it_needs_one(monke
     assert (table is None and "needs a GPU" in source) or source.startswith("no GPU here; reference")
     with pytest.raises(ValueError, match="power of two"):
         demos.random_cycle(12)
+
+
+def test_latency_on_a_gpu_loads_the_probe_before_measuring(monkeypatch, tmp_path):
+    # The notebooks call demos.latency() without loading anything: it must load the
+    # probe's library itself, or pointer_chase has no CUDA kernel to run.
+    calls = []
+    monkeypatch.setattr(env, "can_build_cuda", lambda: True)
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "load", lambda name, **_: calls.append(("load", name)))
+    table = {"device": "a GPU", "device_slug": "gpu", "latency_ns": 600.0}
+    monkeypatch.setattr(demos, "measure_latency", lambda: calls.append(("measure",)) or table)
+    assert demos.latency()[0] == table
+    assert calls == [("load", "latency_chain"), ("measure",)]

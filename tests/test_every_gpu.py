@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import check, env, every_gpu, exercises, tuning
+from helpers import check, demos, env, every_gpu, exercises, results, tuning
 
 
 def tuning_record(copy_ms=1.0, times=None, config=(128, 2, 0)):
@@ -106,3 +106,14 @@ def test_a_shorter_polynomial_shows_in_fp16_first():
     assert exercises.check_polynomial_answer(right).right
     assert exercises.check_polynomial_answer({"float16": "matches", "bfloat16": "differs"}).status == "wrong"
     assert exercises.check_polynomial_answer("float16").status == "wrong"  # not a dict: said, not raised
+
+
+def test_littles_law_uses_the_measured_latency_and_says_where_it_assumes(monkeypatch):
+    monkeypatch.setattr(env, "can_build_cuda", lambda: False)  # the committed runs of both GPUs
+    lines = every_gpu.littles_law().splitlines()
+    for slug, line in zip(("h100", "h200"), lines):
+        table = results.load_table(demos.LATENCY_FILE, slug)
+        if table:
+            assert f"{table['latency_ns']:.0f} ns of latency measured" in line, line
+        else:
+            assert "assumed 0.5–1.0 µs" in line and "none measured" in line, line

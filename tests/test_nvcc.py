@@ -90,13 +90,11 @@ def test_vectorized_kernel_moves_16_bytes_per_access(compiled, ctype, vectors, i
     assert sum(stores.values()) == vectors, stores
 
 
-# Loads per vector of a misaligned input: fp32 and fp64 element by element; fp16 and
-# bf16 as five 32-bit words, realigned in registers (vectorized_loops.cuh, load_pack).
-MISALIGNED_LOADS = {"float": (r"ld\.global\.nc\.[fu]32", 4), "double": (r"ld\.global\.nc\.[fu]64", 2),
-                    "c10::Half": (r"ld\.global\.nc\.[ub]32", 5), "c10::BFloat16": (r"ld\.global\.nc\.[ub]32", 5)}
+# Loads per vector of a misaligned input, fp32 and fp64: element by element.
+MISALIGNED_LOADS = {"float": (r"ld\.global\.nc\.[fu]32", 4), "double": (r"ld\.global\.nc\.[fu]64", 2)}
 
 
-@pytest.mark.parametrize("ctype", VECTOR_FORMS)
+@pytest.mark.parametrize("ctype", MISALIGNED_LOADS)
 @pytest.mark.parametrize("vectors", VECTORS_PER_THREAD)
 def test_misaligned_input_is_read_narrower_and_written_by_vector(compiled, ctype, vectors):
     # x[1:] into a fresh, aligned out: x cannot be read 16 bytes at a time (that
@@ -112,6 +110,48 @@ def test_misaligned_input_is_read_narrower_and_written_by_vector(compiled, ctype
     assert len(element_loads) == vectors * per_vector, loads
     assert len(loads) == len(element_loads) + 2, loads  # the head's and the tail's
     assert sum(nvcc.vector_stores(ptx, kernel).values()) == vectors
+
+
+# A misaligned fp16 or bf16 input is realigned in registers (vectorized_loops.cuh,
+# region realign): per vector, one aligned 16-byte load of the lane's own chunk and
+# shuffles that pass the next chunk's first words from lane to lane; per tile, one
+# more 16-byte load, of the chunk after the warp's run (lane 31's). With one input
+# the kernel holds four copies of the loop, one per word offset 0 to 3, which
+# shuffle 1, 2, 3 and 4 words per vector; with several (the backward kernel's grad
+# and saved tensor) one loop shuffles all four words of each input.
+REALIGNED_KERNELS = [
+    *[("selu_vectorized.cu", f"selu_vectorized_kernel<{{ctype}}, {v}, false, false>", 1, v) for v in VECTORS_PER_THREAD],
+    *[("selu_vectorized.cu", f"copy_vectorized_kernel<{v}, false, false, {{ctype}}>", 1, v) for v in VECTORS_PER_THREAD],
+    ("selu_backward.cu", "selu_backward_kernel<{ctype}, 4, false,", 2, 4),  # 4 vectors per thread, fixed
+]
+
+
+@pytest.mark.parametrize("ctype", ["c10::Half", "c10::BFloat16"])
+@pytest.mark.parametrize("kernel_file, kernel_name, inputs, vectors", REALIGNED_KERNELS,
+                         ids=[name.split("<")[0] + f"-{v}" for _, name, _, v in REALIGNED_KERNELS])
+def test_misaligned_16_bit_input_is_realigned_in_registers(compiled, ctype, kernel_file, kernel_name, inputs, vectors):
+    ptx = ptx_of(compiled, kernel_file)
+    selected = nvcc._select(ptx, kernel_name.format(ctype=ctype))
+    for name, body in selected.items():
+        copies, shuffled_words = (4, 1 + 2 + 3 + 4) if inputs == 1 else (1, 4 * inputs)
+        loads = nvcc.vector_loads(ptx, name)
+        assert loads == {"ld.global.nc.v4.u32": copies * (vectors + 1) * inputs}, (name, loads)
+        assert len(re.findall(r"\bshfl\.sync\.idx\.b32\b", body)) == shuffled_words * vectors, name
+        narrow = [op for op in re.findall(r"\bld\.global\.\S+", body) if ".v4." not in op]
+        assert len(narrow) == copies * 2 * inputs, (name, narrow)  # each copy's head and tail, per input
+        assert sum(nvcc.vector_stores(ptx, name).values()) == copies * vectors, name
+        assert ".local" not in body, name  # the word selection stays in registers
+
+
+def test_roofline_kernels_fit_the_largest_block():
+    # selu_vectorized_with_config accepts blocks of up to 1,024 threads, and an SM has
+    # 65,536 registers: a kernel of more than 64 registers per thread would fail at
+    # launch with "too many resources requested". __launch_bounds__ keeps them within,
+    # without spilling.
+    for name, resources in nvcc.ptxas_report("selu_vectorized.cu").items():
+        if "scalar" not in name:
+            assert resources.registers <= 65536 // 1024, (name, resources)
+            assert resources.spill_store_bytes == 0 and resources.stack_frame_bytes == 0, (name, resources)
 
 
 def test_the_launcher_peels_to_out_alignment():
