@@ -5,7 +5,6 @@ GPUs side by side (``results/h100``, ``results/h200``). A table says which it sh
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -91,10 +90,8 @@ def two_gpus_table() -> Markdown:
 def _latency_us(slug: str) -> float | None:
     """The DRAM latency measured on GPU ``slug`` (notebook 02, :func:`helpers.demos.latency`),
     in µs: this run's for this GPU, else the committed one; None where none was measured."""
-    here = slug == _here()
-    path = results.results_dir() / slug / demos.LATENCY_FILE
-    table = (json.loads(path.read_text()) if path.exists() else None) if here else None
-    table = table or results.load_table(demos.LATENCY_FILE, slug)
+    this_run = results.load_table(demos.LATENCY_FILE, slug, results.results_dir()) if slug == _here() else None
+    table = this_run or results.load_table(demos.LATENCY_FILE, slug)
     return table["latency_ns"] / 1e3 if table else None
 
 

@@ -129,10 +129,12 @@ def save_table(table: dict, filename: str, slug: str | None = None) -> Path:
     return path
 
 
-def load_table(filename: str, slug: str = env.REFERENCE_DEVICE_SLUG) -> dict | None:
-    """The committed JSON table ``filename`` of ``slug`` in the repository's ``results/``
-    (None if there is none), whatever ``HELPERS_RESULTS_DIR`` says."""
-    path = env.REPO_ROOT / "results" / slug / filename
+def load_table(filename: str, slug: str = env.REFERENCE_DEVICE_SLUG,
+               directory: Path | str | None = None) -> dict | None:
+    """The JSON table ``filename`` of ``slug`` (None if there is none): by default the committed
+    one in the repository's ``results/``, whatever ``HELPERS_RESULTS_DIR`` says; from
+    ``directory`` (e.g. :func:`results_dir`, this run's) where given."""
+    path = Path(directory if directory is not None else env.REPO_ROOT / "results") / slug / filename
     return json.loads(path.read_text()) if path.exists() else None
 
 

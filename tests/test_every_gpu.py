@@ -117,3 +117,12 @@ def test_littles_law_uses_the_measured_latency_and_says_where_it_assumes(monkeyp
             assert f"{table['latency_ns']:.0f} ns of latency measured" in line, line
         else:
             assert "assumed 0.5–1.0 µs" in line and "none measured" in line, line
+
+
+def test_littles_law_takes_this_runs_latency_for_this_gpu(monkeypatch, tmp_path):
+    # On a GPU, notebook 02 (or 03) saved this run's measurement: it wins over the committed one.
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(every_gpu, "_here", lambda: "h100")
+    monkeypatch.setattr(every_gpu, "_records", lambda slug: results.load_reference(slug))
+    results.save_table({"device": "NVIDIA H100 80GB HBM3", "latency_ns": 123.0}, demos.LATENCY_FILE, "h100")
+    assert "the 123 ns of latency measured" in every_gpu.littles_law().splitlines()[0]
