@@ -370,9 +370,14 @@ def roofline_copy(op: str, x: torch.Tensor) -> Callable[[], object]:
 
 
 def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor | None = None,
-                     dtype: torch.dtype | str = torch.float32, device=None, **options) -> list[dict]:
+                     dtype: torch.dtype | str = torch.float32, device=None, settle_runs: int = 0,
+                     **options) -> list[dict]:
     """:func:`measure` ``repeats`` times, back to back on one input (``options``: its
-    ``op`` and ``include_copy``).
+    ``op`` and ``include_copy``), after ``settle_runs`` runs whose records are dropped.
+
+    A settling run is for a measurement that follows work which leaves the GPU busy
+    for a while after it returns: notebook 02 measures the copy running slower for a
+    moment after a large free (:func:`helpers.demos.copy_after_free`).
 
     Returns the first run's records, so that every ratio (to the copy, one
     variant against another) comes from one run; each record also carries
@@ -383,8 +388,12 @@ def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor 
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    if settle_runs < 0:
+        raise ValueError(f"settle_runs must be at least 0, got {settle_runs}")
     if x is None:
         x = random_input(numel, dtype, device)
+    for _ in range(settle_runs):
+        measure(variants, numel, x=x, **options)
     runs = [measure(variants, numel, x=x, **options) for _ in range(repeats)]
     first = runs[0]
     for i, record in enumerate(first):

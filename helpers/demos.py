@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import statistics
 import subprocess
 import warnings
 from dataclasses import dataclass
@@ -91,6 +92,10 @@ __all__ = [
     # section 3f: zeros_like
     "zeros_like_ratio",
     "zeros_like_summary",
+    "COPY_AFTER_FREE_FILE",
+    "measure_copy_after_free",
+    "copy_after_free",
+    "copy_after_free_line",
     # section 3g: streams
     "StreamRace",
     "stream_race",
@@ -816,14 +821,89 @@ def zeros_like_summary(records: list[dict], *, numel: int | None = None) -> str:
     lines = [f"zeros_like / empty_like: {ratio:.2f}×{spread}; predicted from the bytes: 1.5×"]
     fill = results.find(records, ZERO_FILL, numel=numel)
     copy = results.find(records, bench.COPY, numel=zeros["numel"], dtype=zeros["dtype"])
+    copy_runs = copy.get("repeat_medians_ms", []) if copy else []
+    copy_line = ["the copy's median in each run: " + ", ".join(f"{m:.3f}" for m in copy_runs) + " ms"] \
+        if len(copy_runs) > 1 else []
     if fill is None:
-        return "\n".join(lines + ["(no record of the zero fill alone)"])
+        return "\n".join(lines + ["(no record of the zero fill alone)"] + copy_line)
     written_gbps = fill["numel"] * torch.empty((), dtype=getattr(torch, fill["dtype"])).element_size() / fill["median_ms"] / 1e6
     lines.append(f"the zero fill alone: {fill['median_ms']:.3f} ms, writing {written_gbps:.0f} GB/s"
                  + (f" (the copy of the same run: {copy['gbps']:.0f} GB/s read + written)" if copy else ""))
     lines.append(f"empty_like's kernel + the fill alone: {empty['median_ms'] + fill['median_ms']:.3f} ms; "
                  f"zeros_like measured: {zeros['median_ms']:.3f} ms")
-    return "\n".join(lines)
+    return "\n".join(lines + copy_line)
+
+
+COPY_AFTER_FREE_FILE = "02_copy_after_free.json"
+COPY_AFTER_FREE_COPIES = 200
+SLOWER_THAN_SETTLED = 1.05  # a copy this much over the settled median counts as slow
+
+
+def measure_copy_after_free(numel: int = env.REFERENCE_NUMEL, freed_numel: int = INT32_DEMO_NUMEL,
+                            copies: int = COPY_AFTER_FREE_COPIES, device=None) -> dict:
+    """Allocate what section 4e allocates (an input and an output of ``freed_numel`` float32
+    elements, both written), free it back to the driver, and time ``copies`` copies of a
+    ``numel``-element tensor back to back, each between its own CUDA events: the copy's time
+    from the first moment after a large free, copy by copy."""
+    device = torch.device(device) if device is not None else env.default_device()
+    torch.cuda.empty_cache()
+    x = torch.randn(freed_numel, device=device)
+    y = torch.empty_like(x).fill_(float("nan"))
+    freed_bytes = x.nbytes + y.nbytes
+    del x, y
+    torch.cuda.empty_cache()  # cudaFree: the memory goes back to the driver
+    source = bench.random_input(numel, torch.float32, device)
+    out = torch.empty_like(source)
+    torch.cuda.synchronize(device)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(copies + 1)]
+    events[0].record()
+    for i in range(copies):
+        out.copy_(source)
+        events[i + 1].record()
+    torch.cuda.synchronize(device)
+    copy_ms = [round(events[i].elapsed_time(events[i + 1]), 4) for i in range(copies)]
+    del source, out
+    torch.cuda.empty_cache()
+    return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "numel": numel,
+            "dtype": "float32", "freed_bytes": freed_bytes, "copy_ms": copy_ms}
+
+
+def copy_after_free():
+    """:func:`measure_copy_after_free` on a GPU with room for it (saved as
+    :data:`COPY_AFTER_FREE_FILE`), or the committed H100 table; and a line that says which."""
+    if env.can_build_cuda() and not env.fits_on_gpu(INT32_DEMO_NUMEL, torch.float32, tensors=2):
+        table = results.load_table(COPY_AFTER_FREE_FILE)
+        return table, "section 4e's tensors do not fit in this GPU's free memory; reference: the committed run"
+    return results.here_or_reference_table(measure_copy_after_free, COPY_AFTER_FREE_FILE)
+
+
+def copy_after_free_line(table: dict | None, source: str) -> str:
+    """What :func:`measure_copy_after_free` saw: how many copies at the start ran slow, for how
+    long, and at what speed, against the settled copy."""
+    if table is None:
+        return f"no copy timed after a free: {source}"
+    times = table["copy_ms"]
+    settled = statistics.median(times[len(times) // 2:])
+    slow = 0
+    while slow < len(times) and times[slow] > SLOWER_THAN_SETTLED * settled:
+        slow += 1
+    nbytes = 2 * table["numel"] * 4
+    head = (f"{table['device']} ({source}): {len(times)} copies of {table['numel']:,} float32 elements, "
+            f"timed one by one right after {table['freed_bytes'] / 1e9:.1f} GB went back to the driver")
+    settled_line = f"settled: {settled:.3f} ms per copy, {nbytes / settled / 1e6:.0f} GB/s (the median of the last half)"
+    if not slow:
+        return "\n".join([head, f"no copy at the start ran more than {SLOWER_THAN_SETTLED - 1:.0%} over the "
+                                 "settled time", settled_line])
+    first = times[:slow]
+    later_slow = sum(t > SLOWER_THAN_SETTLED * settled for t in times[slow:])
+    return "\n".join([
+        head,
+        f"the first {slow} copies, {sum(first):.0f} ms in all: {statistics.median(first):.3f} ms per copy, "
+        f"{nbytes / statistics.median(first) / 1e6:.0f} GB/s (more than {SLOWER_THAN_SETTLED - 1:.0%} over the "
+        "settled time)",
+        settled_line,
+        f"slow copies after those first {slow}: {later_slow}",
+    ])
 
 
 # ----------------------------------------------------------------------------- section 3g: streams

@@ -37,6 +37,25 @@ def test_measure_repeated_uses_the_given_input_and_checks_repeats():
         bench.measure_repeated({}, 1000, repeats=0)
 
 
+def test_settle_runs_are_measured_first_and_dropped(monkeypatch):
+    runs = []
+    real_measure = bench.measure
+
+    def numbered_measure(*args, **kwargs):
+        records = real_measure(*args, **kwargs)
+        runs.append(records)
+        return records
+
+    monkeypatch.setattr(bench, "measure", numbered_measure)
+    records = bench.measure_repeated({"torch_eager": torch.selu}, 1000, repeats=2, settle_runs=1, device="cpu")
+    assert len(runs) == 3  # one settling run, then the two that count
+    kept = [run[0]["median_ms"] for run in runs[1:]]
+    assert records[0]["repeat_medians_ms"] == [float(f"{m:.6g}") for m in kept]
+    assert records[0]["run"] == runs[1][0]["run"] != runs[0][0]["run"]  # the first kept run, not the settling one
+    with pytest.raises(ValueError, match="settle_runs must be at least 0"):
+        bench.measure_repeated({}, 1000, settle_runs=-1)
+
+
 def test_spread_of_a_single_run_is_zero():
     assert bench.spread_ms({"median_ms": 1.5}) == 0.0
     assert bench.spread_ms({"median_ms": 1.5, "repeat_medians_ms": [1.5, 1.6, 1.45]}) == pytest.approx(0.15)

@@ -332,6 +332,44 @@ def test_zeros_like_summary_reads_the_runs_and_the_fill():
     assert demos.zeros_like_summary(records[:1]) == "no records of both allocations"
 
 
+def test_zeros_like_summary_prints_the_copy_of_every_run():
+    records = [_record("selu_naive_out_zeros_like", 1.0, median_ms=3.0) | {"repeat_medians_ms": [3.0, 3.0]},
+               _record("selu_naive_out_empty_like", 1.0, median_ms=2.0) | {"repeat_medians_ms": [2.0, 2.0]},
+               _record(bench.COPY, 1.0, median_ms=1.5) | {"repeat_medians_ms": [1.75, 1.5]}]
+    assert demos.zeros_like_summary(records).endswith("the copy's median in each run: 1.750, 1.500 ms")
+
+
+def _after_free(copy_ms):
+    return {"device": "Test GPU", "device_slug": "test", "numel": 1000, "dtype": "float32",
+            "freed_bytes": 34_368_126_976, "copy_ms": copy_ms}
+
+
+def test_copy_after_free_line_counts_the_slow_copies_at_the_start():
+    table = _after_free([5.0, 4.9, 4.95, 4.25, 4.26, 5.0, 4.25, 4.25, 4.24, 4.25])
+    text = demos.copy_after_free_line(table, "measured")
+    assert "10 copies of 1,000 float32 elements" in text and "34.4 GB went back to the driver" in text
+    assert "the first 3 copies, 15 ms in all: 4.950 ms per copy" in text
+    assert "settled: 4.250 ms per copy" in text
+    assert text.endswith("slow copies after those first 3: 1")
+    settled = demos.copy_after_free_line(_after_free([4.25] * 10), "measured")
+    assert "no copy at the start ran more than 5% over the settled time" in settled
+    assert demos.copy_after_free_line(None, "needs a GPU").startswith("no copy timed after a free")
+
+
+def test_copy_after_free_without_a_gpu_is_the_committed_table_or_says_it_needs_one(monkeypatch):
+    monkeypatch.setattr(env, "can_build_cuda", lambda: False)
+    table, source = demos.copy_after_free()
+    assert (table is None and "needs a GPU" in source) or (
+        source.startswith("no GPU here; reference") and table["copy_ms"] and table["freed_bytes"] > 30e9)
+
+
+@pytest.mark.gpu
+def test_measure_copy_after_free_times_every_copy():
+    table = demos.measure_copy_after_free(numel=2**20, freed_numel=2**28, copies=20)
+    assert len(table["copy_ms"]) == 20 and all(t > 0 for t in table["copy_ms"])
+    assert table["freed_bytes"] == 2 * 2**28 * 4
+
+
 # ----------------------------------------------------------------------------- section 2: the latency probe
 
 
