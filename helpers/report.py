@@ -585,9 +585,10 @@ def roofline_figures(records) -> list:
         if kernel is None:
             continue
         rows = [r for r in records if r["dtype"] == dtype and r["numel"] == kernel["numel"]]
-        # Only records whose run also measured the copy (on read, every ratio is within a run).
+        # Only the kernel's run: its copy is the one yardstick of the bars (on read, every
+        # ratio is within a run), and a record of the same key from another run is left out.
         copy = _same_run(rows, kernel, COPY)
-        rows = [r for r in rows if r is copy or (r["variant"] != COPY and results.pct_of_copy(r, rows) is not None)]
+        rows = [r for r in rows if r.get("run") == kernel.get("run")]
         if copy is None or len(rows) < 2:
             print(f"{dtype}: no copy measured in the kernel's run, so no bars")
             continue

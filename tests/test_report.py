@@ -217,6 +217,17 @@ def test_roofline_figures_skip_a_dtype_whose_run_has_no_copy(capsys):
     assert "float16: no copy" in capsys.readouterr().out
 
 
+def test_roofline_figures_draw_the_kernels_run_only():
+    # Another notebook's run can replace a peer's record of the same key (notebook 01's
+    # torch_eager at the reference size, say); its copy is not the kernel's yardstick.
+    n = env.REFERENCE_NUMEL
+    rows = [rec(COPY, n, 4.25), rec("selu_vectorized", n, 4.24),
+            rec(COPY, n, 4.26, run="run-2"), rec("torch_eager", n, 4.28, run="run-2")]
+    (figure,) = report.roofline_figures(as_records(rows))
+    labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+    assert labels == ["selu_vectorized"]
+
+
 def test_throughput_figure_draws_what_there_is(capsys):
     rows = [rec(v, 2**k, 1.0, run=f"r{k}") for k in (12, 14) for v in (COPY, "selu_vectorized", "torch_eager")]
     assert isinstance(report.throughput_figure(as_records(rows)), Figure)
