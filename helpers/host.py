@@ -5,7 +5,7 @@ flushes the L2 cache by writing a 256 MiB buffer on the GPU. While the GPU is bu
 that flush the host queues the call's launch, so the host's work (Python, dispatch,
 ``torch.compile``'s guards) stays out of the reading. Only as long as the host is
 faster than the flush: once it is not, the GPU waits for the launch after the start
-event, and the reading is the host's time. This module measures both sides of that race:
+event, and the reading takes in the host's time. This module measures both sides of that race:
 
 >>> table, source = helpers.host.host_time()  # doctest: +SKIP
 >>> print(helpers.host.host_time_lines(table, source))  # doctest: +SKIP
