@@ -402,6 +402,26 @@ def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor 
     return first
 
 
+def per_call_us(fn: Callable[[], object], device: torch.device | str | None = None,
+                min_run_time_s: float = 0.1) -> float:
+    """Wall-clock time per call of ``fn()``, in microseconds: blocks of calls back to back,
+    the GPU synchronized only around each block (``torch.utils.benchmark``'s
+    ``blocked_autorange``), the median over the blocks.
+
+    Where a call costs the GPU less than the host (a small op), the GPU runs behind the
+    host and this is the host's cost of issuing a call: Python, the dispatcher, guards,
+    the launch. On a CPU the op runs inside the call, so it is the whole time.
+    """
+    from torch.utils.benchmark import Timer
+
+    device = torch.device(device) if device is not None else env.default_device()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    timer = Timer(stmt="fn()", globals={"fn": fn})
+    return timer.blocked_autorange(min_run_time=min_run_time_s).median * 1e6
+
+
 def spread_ms(record: dict) -> float:
     """Max minus min of a record's ``repeat_medians_ms`` (0.0 for a record of one run)."""
     medians = record.get("repeat_medians_ms") or [record["median_ms"]]

@@ -584,19 +584,6 @@ def fusion_kernels(table: dict | None) -> Markdown:
 
 # --------------------------------------------------------------------------- 5. dispatch overhead
 
-def _per_call_us(fn: Callable[[], object], device) -> float:
-    """Wall-clock time per call of ``fn()``, many calls back to back with the GPU synchronized
-    only around each block (``torch.utils.benchmark``): where a call is cheaper on the GPU than
-    on the CPU, this is the CPU's cost of issuing it."""
-    from torch.utils.benchmark import Timer
-
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    timer = Timer(stmt="fn()", globals={"fn": fn})
-    return timer.blocked_autorange(min_run_time=DISPATCH_MIN_RUN_S).median * 1e6
-
-
 @contextlib.contextmanager
 def autograd_rule(rule: str):
     """The forward operator's autograd rule set to ``rule`` ("python" or "cpp") inside the block."""
@@ -659,7 +646,7 @@ def measure_dispatch(device=None, sizes=DISPATCH_SIZES, rounds: int = DISPATCH_R
 
     def time_each_size(variant: str, call: Callable[[torch.Tensor], Callable[[], object]]) -> None:
         for numel, x in inputs.items():
-            timed.setdefault((variant, numel), []).append(_per_call_us(call(x), device))
+            timed.setdefault((variant, numel), []).append(bench.per_call_us(call(x), device, DISPATCH_MIN_RUN_S))
 
     for _ in range(rounds):
         with autograd_rule("python"), cpp_entry(False):

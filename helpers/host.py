@@ -11,8 +11,9 @@ event, and the reading takes in the host's time. This module measures both sides
 >>> print(helpers.host.host_time_lines(table, source))  # doctest: +SKIP
 
 * the flush's GPU time (:func:`l2_flush_us`);
-* the host time per call of eager and compiled ``torch.selu`` (:func:`host_us_per_call`),
-  sampled a few times, since the host's speed varies from moment to moment;
+* the host time per call of eager and compiled ``torch.selu`` (:func:`helpers.bench.per_call_us`
+  on a tensor small enough for the GPU to keep up), sampled a few times, since the host's
+  speed varies from moment to moment;
 * the experiment that shows the threshold: eager ``torch.selu`` with a busy-wait of
   known length added before each call, timed as every other variant is
   (:func:`with_host_work`).
@@ -31,29 +32,8 @@ HOST_TIME_FILE = "01_host_time.json"
 HOST_TIME_NUMEL = 2**16  # small: its kernel takes a few microseconds
 HOST_WORK_US = (0, 20, 40, 60, 80, 100)  # busy-waits added before each call, microseconds
 HOST_SAMPLES = 7  # host-time samples per function, spread over about a second
-CALLS_PER_SAMPLE = 300
+SAMPLE_S = 0.05  # each sample times blocks of calls for at least this long
 LEFT_THE_GPU_TIME = 2.0  # a reading this many times the reading with no added work has left the GPU's time
-
-
-def host_us_per_call(fn, x: torch.Tensor, calls: int = CALLS_PER_SAMPLE) -> float:
-    """Host time per call of ``fn(x)``, in microseconds: ``calls`` calls back to back,
-    timed on the host without waiting for the GPU.
-
-    On a GPU that is what the host spends to issue a call (the kernels run behind it,
-    and are waited for only after the clock stops); for a kernel shorter than the host
-    time it is also the time per call a loop of such calls takes. On a CPU the op runs
-    inside the call, so it is the whole time.
-    """
-    fn(x)
-    if x.device.type == "cuda":
-        torch.cuda.synchronize(x.device)
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    elapsed = time.perf_counter() - start
-    if x.device.type == "cuda":
-        torch.cuda.synchronize(x.device)  # outside the clock: the host's time only
-    return elapsed / calls * 1e6
 
 
 def with_host_work(fn, microseconds: float):
@@ -120,7 +100,7 @@ def _samples(fns: dict, x: torch.Tensor, samples: int) -> dict[str, list[float]]
     out = {name: [] for name in fns}
     for _ in range(samples):
         for name, fn in fns.items():
-            out[name].append(round(host_us_per_call(fn, x), 2))
+            out[name].append(round(bench.per_call_us(lambda fn=fn: fn(x), x.device, SAMPLE_S), 2))
     return out
 
 
@@ -137,7 +117,7 @@ def measure_host_time(device=None, numel: int = HOST_TIME_NUMEL, work_us=HOST_WO
     table = {"device": bench.device_name(device), "device_slug": env.device_slug(device), "numel": numel,
              "dtype": "float32", "compiled_sizes": compiled_sizes() if "torch_compile" in fns else None,
              "l2_flush_us": l2_flush_us(device), "host_us_per_call": _samples(fns, x, samples),
-             "calls_per_sample": CALLS_PER_SAMPLE, "method": None, "with_host_work": []}
+             "sample_s": SAMPLE_S, "method": None, "with_host_work": []}
     for us in work_us:
         timing = bench.time_fn(lambda us=us: with_host_work(torch.selu, us)(x), device=device)
         table["method"] = timing.method
@@ -177,8 +157,9 @@ def host_time_lines(table: dict | None, source: str) -> str:
     if table["l2_flush_us"] is not None:
         lines.append(f"do_bench's L2 flush before each timed call: {table['l2_flush_us']:.1f} µs of GPU time")
     per_call = table["host_us_per_call"]
-    lines.append(f"host time per call, {len(next(iter(per_call.values())))} samples of "
-                 f"{table['calls_per_sample']} calls:")
+    each = (f"{table['sample_s'] * 1e3:g} ms each" if "sample_s" in table
+            else f"{table['calls_per_sample']} calls")  # tables written before blocked timing
+    lines.append(f"host time per call, {len(next(iter(per_call.values())))} samples of {each}:")
     for name, values in per_call.items():
         extra = (f", {table['compiled_sizes']} versions compiled"
                  if name == "torch_compile" and table.get("compiled_sizes") else "")

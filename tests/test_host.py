@@ -11,7 +11,7 @@ from helpers import bench, env, host
 
 def _table(work_rows, compile_samples=(40.0, 45.0, 80.0), flush_us=85.0):
     return {"device": "Test GPU", "device_slug": "test", "numel": 65536, "dtype": "float32",
-            "compiled_sizes": 19, "l2_flush_us": flush_us, "calls_per_sample": 300,
+            "compiled_sizes": 19, "l2_flush_us": flush_us, "sample_s": 0.05,
             "method": bench.METHOD_DO_BENCH,
             "host_us_per_call": {"torch_eager": [8.0, 9.0, 7.5], "torch_compile": list(compile_samples),
                                  "torch_compile, one size compiled": [38.0, 39.0, 41.0]},
@@ -19,10 +19,10 @@ def _table(work_rows, compile_samples=(40.0, 45.0, 80.0), flush_us=85.0):
                                for us, m in work_rows]}
 
 
-def test_host_us_per_call_counts_host_work():
+def test_per_call_us_counts_host_work():
     x = torch.zeros(8)
-    plain = host.host_us_per_call(torch.neg, x, calls=50)
-    slowed = host.host_us_per_call(host.with_host_work(torch.neg, 200), x, calls=50)
+    plain = bench.per_call_us(lambda: torch.neg(x), x.device, 0.02)
+    slowed = bench.per_call_us(lambda: host.with_host_work(torch.neg, 200)(x), x.device, 0.02)
     assert 0 < plain < slowed and slowed >= 200
 
 
