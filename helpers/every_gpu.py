@@ -14,7 +14,7 @@ import tempfile
 import torch
 
 
-from . import bench, check, demos, env, nvcc, ops, report, results, tuning
+from . import bench, check, demos, env, nvcc, ops, power, report, results, tuning
 from .bench import COPY, dtype_name
 from .report import Markdown, _table
 
@@ -27,6 +27,8 @@ WARP = 32
 LATENCY_US = (0.5, 1.0)  # a bracket for DRAM latency, assumed for a GPU where none was measured
 DTYPE_COLORS = {"float32": "tab:blue", "float64": "tab:purple", "bfloat16": "tab:orange", "float16": "tab:green"}
 TUNING_TABLE, INSTRUCTIONS_TABLE, MISALIGNED_TABLE = "03b_tuning.json", "03b_instructions.json", "03b_misaligned.json"
+POWER_TABLE = "03b_power.json"
+MISALIGNED_ROUNDS = 3  # each variant timed in turn this many times: the clock moves between seconds
 
 
 def _here() -> str | None:
@@ -176,8 +178,8 @@ def tuning_table(tables: dict[str, dict]) -> Markdown:
     header = ["GPU", "dtype", "chosen", "chosen: % of copy speed", "worst candidate",
               f"default launch ({threads} threads × {vectors} vectors, one-shot)"]
     return Markdown("*share of the copy's speed (copy ms / kernel ms) in the first pass, at the tuning size "
-                    f"({env.REFERENCE_NUMEL:,} elements where it fits); \"the default, kept\": no finalist beat "
-                    "the default launch in every round*\n\n"
+                    f"({env.REFERENCE_NUMEL:,} elements where it fits); \"the default, kept\": no finalist's median "
+                    "round beat the default's best, each as a multiple of its round's copy*\n\n"
                     + "\n".join(_table(header, ["---"] * 3 + ["---:"] * 3, rows)))
 
 
@@ -382,9 +384,14 @@ def measure_misaligned(device=None) -> dict:
         for fn in variants.values():
             fn(x)
         torch.cuda.synchronize(device)
-        for name, fn in variants.items():
-            timing = bench.time_fn(lambda fn=fn: fn(x), device=device)
-            table["rows"].append({"dtype": dtype, "numel": numel, "variant": name, "median_ms": timing.median_ms})
+        # Taking turns, so that a change of clock (section 7) weighs on every variant alike.
+        rounds = {name: [] for name in variants}
+        for _ in range(MISALIGNED_ROUNDS):
+            for name, fn in variants.items():
+                rounds[name].append(bench.time_fn(lambda fn=fn: fn(x), device=device).median_ms)
+        for name, times in rounds.items():
+            table["rows"].append({"dtype": dtype, "numel": numel, "variant": name,
+                                  "median_ms": sorted(times)[len(times) // 2], "rounds_ms": times})
         del x
         torch.cuda.empty_cache()
     return table
@@ -424,6 +431,68 @@ def misaligned_goals(tables: dict[str, dict], limit: float = 1.10) -> list[tuple
                 goals.append((f"{slug.upper()} {dtype}: misaligned ≤ {limit} × aligned", f"{worst:.3f}×",
                               worst <= limit))
     return goals
+
+
+# --------------------------------------------------------------------------- the power limit (notebook section 7)
+
+
+def power_tables() -> dict[str, dict]:
+    """Each kernel's board power and SM clock on each GPU (helpers.power), saved as ``03b_power.json``."""
+    return _per_gpu_tables(POWER_TABLE, power.measure_power)
+
+
+# the instruction count of section 4 that stands for each timed variant
+_COUNTED = {"selu_vectorized": "selu_vectorized", "torch_eager": "torch.selu"}
+
+
+def issue_ms(numel: int, per_element: float, clock_mhz: float) -> float:
+    """Time to issue ``per_element`` instructions for ``numel`` elements at ``clock_mhz``:
+    section 4's floor, at the clock the GPU actually ran rather than its top clock."""
+    return numel * per_element / WARP / (SMS * SCHEDULERS_PER_SM * clock_mhz * 1e6) * 1e3
+
+
+def power_table(tables: dict[str, dict], instructions: dict[str, dict] | None = None) -> Markdown:
+    """Per GPU, dtype and kernel: ms per call, board power, SM clock, how often the clock was
+    lowered for the power limit, and the issue time of section 4's count at that clock."""
+    rows, limits = [], []
+    for slug, table in tables.items():
+        counts = (instructions or {}).get(slug, {}).get("per_element", {})
+        limits.append(f"{slug.upper()} {table['power_limit_w']:.0f} W" if table.get("power_limit_w") else slug.upper())
+        for row in table["rows"]:
+            found = power.summarize(row["samples"])
+            per_element = counts.get(row["dtype"], {}).get(_COUNTED.get(row["variant"], ""))
+            issue = "–"
+            if per_element:
+                ms = issue_ms(row["numel"], per_element, found["clock_mhz"])
+                issue = f"{ms:.2f} ms ({ms / row['median_ms']:.0%})"
+            rows.append([f"{slug.upper()} ({_source(slug)})", row["dtype"], row["variant"], f"{row['median_ms']:.3f}",
+                         f"{found['power_w']:.0f}", f"{found['clock_mhz']:,.0f} (lowest {found['min_clock_mhz']:,.0f})",
+                         f"{found['power_capped']:.0%}", issue])
+    if not rows:
+        return Markdown("no power records yet: they are measured on a GPU with nvidia-smi")
+    header = ["GPU", "dtype", "kernel", "ms per call", "board W", "SM clock MHz", "clock lowered for power",
+              "issue time at that clock (share of the call)"]
+    first = next(iter(tables.values()))
+    return Markdown(f"*each kernel back to back for {first['run_s']:g} s at the problem size, nvidia-smi sampling "
+                    f"every {power.SAMPLE_MS} ms after the first {first['settle_s']:g} s; medians; board power "
+                    f"limit: {', '.join(limits)}; issue time: section 4's instructions per element at the median "
+                    "clock*\n\n" + "\n".join(_table(header, ["---"] * 3 + ["---:"] * 5, rows)))
+
+
+def power_lines(tables: dict[str, dict]) -> str:
+    """Per GPU: the clock the copy and the course's kernel ran at, and how often it was lowered
+    for the power limit, over all dtypes."""
+    lines = []
+    for slug, table in tables.items():
+        parts = []
+        for variant in (COPY, "selu_vectorized"):
+            samples = [s for row in table["rows"] if row["variant"] == variant for s in row["samples"]]
+            if samples:
+                found = power.summarize(samples)
+                parts.append(f"{variant} at {found['power_w']:.0f} W and {found['clock_mhz']:,.0f} MHz, "
+                             f"clock lowered for power in {found['power_capped']:.0%} of samples")
+        lines.append(f"{slug.upper()} ({_source(slug)}): " + "; ".join(parts))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- 6. every input
