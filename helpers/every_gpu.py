@@ -480,18 +480,18 @@ def power_table(tables: dict[str, dict], instructions: dict[str, dict] | None = 
 
 
 def power_lines(tables: dict[str, dict]) -> str:
-    """Per GPU: the clock the copy and the course's kernel ran at, and how often it was lowered
-    for the power limit, over all dtypes."""
+    """Per GPU: the power and clock the copy, the course's kernel and ``torch.selu`` ran at, and
+    how often the clock was lowered for the power limit, over all dtypes."""
     lines = []
     for slug, table in tables.items():
         parts = []
-        for variant in (COPY, "selu_vectorized"):
+        for variant in (COPY, "selu_vectorized", "torch_eager"):
             samples = [s for row in table["rows"] if row["variant"] == variant for s in row["samples"]]
             if samples:
                 found = power.summarize(samples)
                 parts.append(f"{variant} at {found['power_w']:.0f} W and {found['clock_mhz']:,.0f} MHz, "
                              f"clock lowered for power in {found['power_capped']:.0%} of samples")
-        lines.append(f"{slug.upper()} ({_source(slug)}): " + "; ".join(parts))
+        lines.append(f"{slug.upper()} ({_source(slug)}):\n  " + "\n  ".join(parts))
     return "\n".join(lines)
 
 

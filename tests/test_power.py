@@ -52,6 +52,7 @@ def test_power_lines_say_how_often_each_kernel_was_held_back():
     text = every_gpu.power_lines({"test": _power_run()})
     assert "copy at 690 W and 1,980 MHz, clock lowered for power in 0% of samples" in text
     assert "selu_vectorized at 690 W and 1,500 MHz, clock lowered for power in 100% of samples" in text
+    assert text.count("\n") == 3 and "torch_eager at 690 W" in text
 
 
 def test_no_power_measurement_without_a_gpu():
