@@ -329,6 +329,13 @@ def instruction_tables() -> dict[str, dict]:
     return _per_gpu_tables(INSTRUCTIONS_TABLE, measure_instructions)
 
 
+def issue_time_ms(numel: int, per_element: float, clock_mhz: float) -> float:
+    """Time to issue ``per_element`` warp-lane instructions for ``numel`` elements at ``clock_mhz``
+    (SMs × schedulers × one warp instruction per clock): section 4's floor at the datasheet
+    clock, section 7's at the clock a kernel actually got."""
+    return numel * per_element / WARP / (SMS * SCHEDULERS_PER_SM * clock_mhz * 1e6) * 1e3
+
+
 def issue_bound_table(tables: dict[str, dict]) -> Markdown:
     """How long issuing the counted instructions takes at the reference size, against the copy.
 
@@ -345,7 +352,7 @@ def issue_bound_table(tables: dict[str, dict]) -> Markdown:
             run = _headline(records, dtype)
             copy = run[COPY]["median_ms"] if COPY in run else None
             for kernel, per_element in counts.items():
-                issue_ms = env.REFERENCE_NUMEL * per_element / WARP / (SMS * SCHEDULERS_PER_SM * BOOST_CLOCK_HZ) * 1e3
+                issue_ms = issue_time_ms(env.REFERENCE_NUMEL, per_element, BOOST_CLOCK_HZ / 1e6)
                 rows.append([f"{slug.upper()} ({_source(slug)})", dtype, kernel, f"{per_element:.1f}",
                              f"{issue_ms:.2f} ms" + (f" ({issue_ms / copy:.0%} of the copy's {copy:.2f} ms)" if copy else "")])
     if not rows:
@@ -445,12 +452,6 @@ def power_tables() -> dict[str, dict]:
 _COUNTED = {"selu_vectorized": "selu_vectorized", "torch_eager": "torch.selu"}
 
 
-def issue_ms(numel: int, per_element: float, clock_mhz: float) -> float:
-    """Time to issue ``per_element`` instructions for ``numel`` elements at ``clock_mhz``:
-    section 4's floor, at the clock the GPU actually ran rather than its top clock."""
-    return numel * per_element / WARP / (SMS * SCHEDULERS_PER_SM * clock_mhz * 1e6) * 1e3
-
-
 def power_table(tables: dict[str, dict], instructions: dict[str, dict] | None = None) -> Markdown:
     """Per GPU, dtype and kernel: ms per call, board power, SM clock, how often the clock was
     lowered for the power limit, and the issue time of section 4's count at that clock."""
@@ -463,7 +464,7 @@ def power_table(tables: dict[str, dict], instructions: dict[str, dict] | None = 
             per_element = counts.get(row["dtype"], {}).get(_COUNTED.get(row["variant"], ""))
             issue = "–"
             if per_element:
-                ms = issue_ms(row["numel"], per_element, found["clock_mhz"])
+                ms = issue_time_ms(row["numel"], per_element, found["clock_mhz"])
                 issue = f"{ms:.2f} ms ({ms / row['median_ms']:.0%})"
             rows.append([f"{slug.upper()} ({_source(slug)})", row["dtype"], row["variant"], f"{row['median_ms']:.3f}",
                          f"{found['power_w']:.0f}", f"{found['clock_mhz']:,.0f} (lowest {found['min_clock_mhz']:,.0f})",

@@ -157,9 +157,8 @@ def host_time_lines(table: dict | None, source: str) -> str:
     if table["l2_flush_us"] is not None:
         lines.append(f"do_bench's L2 flush before each timed call: {table['l2_flush_us']:.1f} µs of GPU time")
     per_call = table["host_us_per_call"]
-    each = (f"{table['sample_s'] * 1e3:g} ms each" if "sample_s" in table
-            else f"{table['calls_per_sample']} calls")  # tables written before blocked timing
-    lines.append(f"host time per call, {len(next(iter(per_call.values())))} samples of {each}:")
+    lines.append(f"host time per call, {len(next(iter(per_call.values())))} samples of "
+                 f"{table['sample_s'] * 1e3:g} ms each:")
     for name, values in per_call.items():
         extra = (f", {table['compiled_sizes']} versions compiled"
                  if name == "torch_compile" and table.get("compiled_sizes") else "")

@@ -148,6 +148,9 @@ def choose(rounds: dict[tuple[int, int, int], list[float]], round_copies: list[f
     The finalist with the lowest median multiple, if that median beats the default's best round;
     otherwise the default (a difference within the spread of the rounds is not a finding)."""
     copies = round_copies or [1.0] * len(next(iter(rounds.values())))
+    if any(len(times) != len(copies) for times in rounds.values()):
+        raise ValueError(f"tuning.choose: every finalist needs one time per round, and the copy {len(copies)}; "
+                         f"got {sorted({len(t) for t in rounds.values()})} times per finalist")
     shares = {config: [ms / copy for ms, copy in zip(times, copies)] for config, times in rounds.items()}
 
     def median(values: list[float]) -> float:

@@ -21,9 +21,9 @@ def test_summarize_counts_the_samples_lowered_for_power():
 
 def test_issue_time_grows_as_the_clock_falls():
     # 32 instructions per element: one warp instruction per element, 132 x 4 issue per clock
-    at_top = every_gpu.issue_ms(132 * 4 * 1980 * 1000, 32, 1980)
+    at_top = every_gpu.issue_time_ms(132 * 4 * 1980 * 1000, 32, 1980)
     assert at_top == pytest.approx(1.0)
-    assert every_gpu.issue_ms(132 * 4 * 1980 * 1000, 32, 990) == pytest.approx(2.0)
+    assert every_gpu.issue_time_ms(132 * 4 * 1980 * 1000, 32, 990) == pytest.approx(2.0)
 
 
 def _power_run(capped_clock=1500.0):
@@ -39,12 +39,12 @@ def _power_run(capped_clock=1500.0):
 def test_power_table_puts_the_issue_floor_at_the_measured_clock():
     counts = {"test": {"per_element": {"bfloat16": {"selu_vectorized": 24.0, "torch.selu": 45.0}}}}
     text = str(every_gpu.power_table({"test": _power_run()}, counts))
-    issue = every_gpu.issue_ms(2**30, 24.0, 1500.0)
+    issue = every_gpu.issue_time_ms(2**30, 24.0, 1500.0)
     assert f"| selu_vectorized | 1.600 | 690 | 1,500 (lowest 1,500) | 100% | {issue:.2f} ms ({issue / 1.6:.0%}) |" in text
     assert "| copy | 1.500 | 690 | 1,980 (lowest 1,980) | 0% | – |" in text
     assert "board power limit: TEST 700 W" in text
     # a faster clock gives a smaller floor
-    assert every_gpu.issue_ms(2**30, 24.0, 1980.0) < issue
+    assert every_gpu.issue_time_ms(2**30, 24.0, 1980.0) < issue
     assert "no power records" in str(every_gpu.power_table({}))
 
 

@@ -68,6 +68,8 @@ def test_rounds_are_judged_against_the_copy_of_the_same_round():
     rounds = {default: [1.01, 0.909, 1.01], other: [1.00, 0.90, 1.00]}
     assert tuning.choose(rounds) == default
     assert tuning.choose(rounds, [1.0, 0.9, 1.0]) == other
+    with pytest.raises(ValueError, match="one time per round"):
+        tuning.choose(rounds, [1.0, 0.9])
 
 
 def test_nothing_to_tune_without_a_gpu():
