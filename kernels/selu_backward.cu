@@ -32,10 +32,11 @@ constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
 // region: kernel
 // The forward kernel's tile loop (vectorized_loops.cuh) over two inputs, grad and
 // the saved tensor; never in place, so both go through the read-only path.
-// ALIGNED: both are 16-byte aligned once grad_in is (after `head` elements).
+// grad_in is 16-byte aligned (the launcher does the head first); ALIGNED: grad
+// and saved are too.
 template <typename T, int VECTORS_PER_THREAD, bool ALIGNED, typename Op>
-__global__ void selu_backward_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, int head, Op op) {
-  map_vectors<T, VECTORS_PER_THREAD, /*IN_PLACE=*/false, ALIGNED>(op, grad_in, numel, head, grad, saved);
+__global__ void selu_backward_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
+  map_vectors<T, VECTORS_PER_THREAD, /*IN_PLACE=*/false, ALIGNED>(op, grad_in, numel, grad, saved);
 }
 // endregion
 
@@ -61,16 +62,28 @@ void launch_backward(const T* grad, const T* saved, T* grad_in, int64_t numel, O
     return;
   }
   constexpr int kVectors = sizeof(T) >= 4 ? 1 : 4;
+  // The head (the elements before grad_in's first 16-byte boundary) in a launch of
+  // its own, then the rest with grad_in aligned.
   const int64_t head = std::min(elements_before_alignment(grad_in), numel);
+  if (head > 0) {
+    selu_backward_scalar_kernel<T><<<1, static_cast<int>(head), 0, stream>>>(grad, saved, grad_in, head, op);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    grad += head;
+    saved += head;
+    grad_in += head;
+    numel -= head;
+    if (numel == 0) {
+      return;
+    }
+  }
   const int64_t tile = int64_t{kThreadsPerBlock} * kVectors;
-  const int64_t tiles = ((numel - head) / kElementsPerVector<T> + tile - 1) / tile;
-  const int head_elements = static_cast<int>(head);
-  if (is_16_byte_aligned(grad + head) && is_16_byte_aligned(saved + head)) {
+  const int64_t tiles = (numel / kElementsPerVector<T> + tile - 1) / tile;
+  if (is_16_byte_aligned(grad) && is_16_byte_aligned(saved)) {
     selu_backward_kernel<T, kVectors, true>
-        <<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, head_elements, op);
+        <<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, op);
   } else {
     selu_backward_kernel<T, kVectors, false>
-        <<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, head_elements, op);
+        <<<grid_for(tiles), kThreadsPerBlock, 0, stream>>>(grad, saved, grad_in, numel, op);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -65,14 +65,15 @@ struct SeluElement {
 
 // region: kernel
 // The roofline kernel: the tile loop of vectorized_loops.cuh with SeluElement.
-// y + head must be 16-byte aligned (the launcher computes head). IN_PLACE says
-// whether y is x: then x's loads must be plain ones (ld.global), since this
-// kernel also writes x; otherwise they go through the read-only path
-// (ld.global.nc). ALIGNED says whether x + head is 16-byte aligned too, so
-// that x is read 16 bytes at a time; if not, element by element.
+// y must be 16-byte aligned (the launcher does the elements before that
+// boundary first, and passes x and y past them). IN_PLACE says whether y is x:
+// then x's loads must be plain ones (ld.global), since this kernel also writes
+// x; otherwise they go through the read-only path (ld.global.nc). ALIGNED says
+// whether x is 16-byte aligned too, so that x is read 16 bytes at a time; if
+// not, element by element (fp32, fp64) or realigned in registers (fp16, bf16).
 template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock) selu_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
-  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(SeluElement<T>{}, y, numel, head, x);
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) selu_vectorized_kernel(const T* x, T* y, int64_t numel) {
+  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(SeluElement<T>{}, y, numel, x);
 }
 // endregion
 
@@ -93,8 +94,8 @@ __global__ void selu_scalar_kernel(const T* x, T* y, int64_t numel) {
 // is the access pattern's. The type comes last among its template arguments, so
 // that a search of the PTX for "<float, 4, false, true>" finds the SELU kernel only.
 template <int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, typename T>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock) copy_vectorized_kernel(const T* x, T* y, int64_t numel, int head) {
-  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(Identity{}, y, numel, head, x);
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) copy_vectorized_kernel(const T* x, T* y, int64_t numel) {
+  map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(Identity{}, y, numel, x);
 }
 
 template <typename T>
@@ -198,34 +199,55 @@ unsigned int grid_size(int64_t blocks_needed, const LaunchConfig& config, c10::D
 
 // One launch of the tile loop: the SELU kernel, or with COPY the same loop with no math.
 template <bool COPY, typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED>
-void launch_tiles(unsigned int blocks, int threads, c10::cuda::CUDAStream stream, const T* x, T* y, int64_t numel,
-                  int head) {
+void launch_tiles(unsigned int blocks, int threads, c10::cuda::CUDAStream stream, const T* x, T* y, int64_t numel) {
   if constexpr (COPY) {
-    copy_vectorized_kernel<VECTORS_PER_THREAD, IN_PLACE, ALIGNED, T><<<blocks, threads, 0, stream>>>(x, y, numel, head);
+    copy_vectorized_kernel<VECTORS_PER_THREAD, IN_PLACE, ALIGNED, T><<<blocks, threads, 0, stream>>>(x, y, numel);
   } else {
-    selu_vectorized_kernel<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED><<<blocks, threads, 0, stream>>>(x, y, numel, head);
+    selu_vectorized_kernel<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED><<<blocks, threads, 0, stream>>>(x, y, numel);
   }
+}
+
+// One element per thread, grid-stride: the fallback for pointers that are not a
+// multiple of sizeof(T), and the head of launch_vectorized.
+template <bool COPY, typename T>
+void launch_elements(unsigned int blocks, int threads, c10::cuda::CUDAStream stream, const T* x, T* y, int64_t numel) {
+  if constexpr (COPY) {
+    copy_scalar_kernel<T><<<blocks, threads, 0, stream>>>(x, y, numel);
+  } else {
+    selu_scalar_kernel<T><<<blocks, threads, 0, stream>>>(x, y, numel);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <bool COPY, typename T, int VECTORS_PER_THREAD>
 void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
-  // The first `head` elements are done one by one, so that y + head starts a
-  // 16-byte chunk; x + head may or may not (x[1:] into a fresh y: it does not).
+  // The head: the elements before y's first 16-byte boundary (none for a fresh
+  // y), one per thread, in a launch of their own, so that the tile loop's
+  // threads never spend instructions on it. Then everything after them, with y
+  // aligned; x may or may not be (x[1:] into a fresh y: it is not).
   const int64_t head = std::min(elements_before_alignment(y), numel);
-  const bool x_aligned = is_16_byte_aligned(x + head);
-  const int64_t num_vectors = (numel - head) / kElementsPerVector<T>;  // at most: the kernel may leave one more vector to its tail
+  if (head > 0) {
+    launch_elements<COPY, T>(1, static_cast<int>(head), stream, x, y, head);
+    x += head;
+    y += head;
+    numel -= head;
+    if (numel == 0) {
+      return;
+    }
+  }
+  const bool x_aligned = is_16_byte_aligned(x);
+  const int64_t num_vectors = numel / kElementsPerVector<T>;  // at most: the kernel may leave one more vector to its tail
   const int64_t tiles = ceil_div(num_vectors, int64_t{config.threads_per_block} * VECTORS_PER_THREAD);
   const unsigned int blocks = grid_size(tiles, config, stream.device_index());
-  const int head_elements = static_cast<int>(head);
   // x and y either are the same memory (in place) or do not overlap at all: the
   // operators refuse a partial overlap before they get here (elementwise.h).
   const int threads = config.threads_per_block;
   if (x == y) {
-    launch_tiles<COPY, T, VECTORS_PER_THREAD, true, true>(blocks, threads, stream, x, y, numel, head_elements);
+    launch_tiles<COPY, T, VECTORS_PER_THREAD, true, true>(blocks, threads, stream, x, y, numel);
   } else if (x_aligned) {
-    launch_tiles<COPY, T, VECTORS_PER_THREAD, false, true>(blocks, threads, stream, x, y, numel, head_elements);
+    launch_tiles<COPY, T, VECTORS_PER_THREAD, false, true>(blocks, threads, stream, x, y, numel);
   } else {
-    launch_tiles<COPY, T, VECTORS_PER_THREAD, false, false>(blocks, threads, stream, x, y, numel, head_elements);
+    launch_tiles<COPY, T, VECTORS_PER_THREAD, false, false>(blocks, threads, stream, x, y, numel);
   }
   // Launch errors are only reported when asked for; without this check they
   // surface at some later, unrelated CUDA call.
@@ -266,13 +288,8 @@ template <bool COPY, typename T>
 void launch_kernels(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
   if (!is_element_aligned(x) || !is_element_aligned(y)) {
     const int64_t blocks_needed = ceil_div(numel, config.threads_per_block);
-    const unsigned int blocks = grid_size(blocks_needed, config, stream.device_index());
-    if constexpr (COPY) {
-      copy_scalar_kernel<T><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
-    } else {
-      selu_scalar_kernel<T><<<blocks, config.threads_per_block, 0, stream>>>(x, y, numel);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_elements<COPY, T>(grid_size(blocks_needed, config, stream.device_index()), config.threads_per_block, stream,
+                             x, y, numel);
     return;
   }
   // VECTORS_PER_THREAD sizes a register array, so it must be a compile-time

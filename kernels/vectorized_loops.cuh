@@ -265,13 +265,13 @@ __device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std:
 // The roofline loop: out[k] = op(inputs[k]...) for k < numel, op taking and
 // returning the math type (apply).
 //
-// `head` (0 <= head < 16 bytes / sizeof(T)) is how many elements come before
-// out's first 16-byte boundary: the first threads of block 0 do those one by
-// one, and everything after is done 16 bytes at a time, with out and every
-// input advanced by head. The launcher picks ALIGNED when every input is then
-// 16-byte aligned too (fresh tensors, an in-place x[1:], x[1:] into y[1:]);
-// otherwise fp32 and fp64 inputs are read element by element (load_pack) and
-// fp16 and bf16 inputs realigned in registers (region realign).
+// out must start on a 16-byte boundary: the launcher does the elements before
+// it (the head) with a launch of its own and passes out and every input
+// advanced past them, so that no thread of this loop spends instructions on a
+// head that is almost always empty. The launcher picks ALIGNED when every input
+// is then 16-byte aligned too (fresh tensors, an in-place x[1:], x[1:] into
+// y[1:]); otherwise fp32 and fp64 inputs are read element by element
+// (load_pack) and fp16 and bf16 inputs realigned in registers (region realign).
 //
 // The vectors are cut into tiles of blockDim.x * VECTORS_PER_THREAD; block b
 // handles tiles b, b + gridDim.x, ... (a grid-stride loop over tiles: once per
@@ -284,24 +284,19 @@ __device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std:
 // IN_PLACE says whether out is one of the inputs: then that input is written by
 // this kernel, and the loads must be plain ones. WORDS: see realign.
 template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, int WORDS, typename Op, typename... Inputs>
-__device__ __forceinline__ void map_tiles(Op op, T* out, int64_t numel, int head, const Inputs*... inputs) {
+__device__ __forceinline__ void map_tiles(Op op, T* out, int64_t numel, const Inputs*... inputs) {
   using Vector = typename VectorOf<T>::type;
   constexpr int kInputs = sizeof...(Inputs);
-  static_assert(ALIGNED || !IN_PLACE, "in place, out and x are aligned alike: the head makes both aligned");
-  // 1. The head, one element per thread.
-  if (blockIdx.x == 0 && threadIdx.x < head && threadIdx.x < numel) {
-    out[threadIdx.x] = apply<T>(op, inputs[threadIdx.x]...);
-  }
-  const int64_t body = numel > head ? numel - head : 0;
-  const T* in_body[kInputs] = {(inputs + head)...};
-  Vector* out_vectors = reinterpret_cast<Vector*>(out + head);
+  static_assert(ALIGNED || !IN_PLACE, "in place, x is out: both aligned alike");
+  const T* in_body[kInputs] = {inputs...};
+  Vector* out_vectors = reinterpret_cast<Vector*>(out);
   const int64_t slack = kSlackElements<T, ALIGNED>;
-  const int64_t num_vectors = body > slack ? (body - slack) / kElementsPerVector<T> : 0;
+  const int64_t num_vectors = numel > slack ? (numel - slack) / kElementsPerVector<T> : 0;
   const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
 
   for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
     Pack<T> packs[kInputs][VECTORS_PER_THREAD];
-    // 2. Load. The loads do not depend on each other and nothing uses them yet,
+    // 1. Load. The loads do not depend on each other and nothing uses them yet,
     //    so all of them are in flight at once: the thread waits for memory once
     //    per tile, not once per vector.
     if constexpr (kRealigns<T, ALIGNED>) {
@@ -318,7 +313,7 @@ __device__ __forceinline__ void map_tiles(Op op, T* out, int64_t numel, int head
         }
       }
     }
-    // 3. Compute in registers and store, 16 bytes at a time.
+    // 2. Compute in registers and store, 16 bytes at a time.
 #pragma unroll
     for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
       const int64_t i = vector_index<kRealigns<T, ALIGNED>, VECTORS_PER_THREAD>(tile_start, v);
@@ -329,32 +324,32 @@ __device__ __forceinline__ void map_tiles(Op op, T* out, int64_t numel, int head
     }
   }
 
-  // 4. The tail: the elements after the last whole vector (at most 7, or 15
+  // 3. The tail: the elements after the last whole vector (at most 7, or 15
   //    with the slack) are done one by one by the first threads of block 0.
-  const int64_t tail_index = head + num_vectors * kElementsPerVector<T> + threadIdx.x;
+  const int64_t tail_index = num_vectors * kElementsPerVector<T> + threadIdx.x;
   if (blockIdx.x == 0 && tail_index < numel) {
     out[tail_index] = apply<T>(op, inputs[tail_index]...);
   }
 }
 
 template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, typename Op, typename... Inputs>
-__device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, int head, const Inputs*... inputs) {
+__device__ __forceinline__ void map_vectors(Op op, T* out, int64_t numel, const Inputs*... inputs) {
   if constexpr (kRealigns<T, ALIGNED> && sizeof...(Inputs) == 1) {
     // One input, realigned: its word offset, the same for the whole launch,
     // picks one of four copies of the loop, in each of which it is a constant.
-    switch (realignment((inputs + head)...).words) {
-      case 0: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 0>(op, out, numel, head, inputs...);
-      case 1: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 1>(op, out, numel, head, inputs...);
-      case 2: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 2>(op, out, numel, head, inputs...);
-      default: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 3>(op, out, numel, head, inputs...);
+    switch (realignment(inputs...).words) {
+      case 0: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 0>(op, out, numel, inputs...);
+      case 1: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 1>(op, out, numel, inputs...);
+      case 2: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 2>(op, out, numel, inputs...);
+      default: return map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, 3>(op, out, numel, inputs...);
     }
   } else {
     // Several inputs (the backward kernels), each with its own offset: chosen at run time.
-    map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, -1>(op, out, numel, head, inputs...);
+    map_tiles<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED, -1>(op, out, numel, inputs...);
   }
 }
 
-// Elements before out's first 16-byte boundary: the `head` of map_vectors. Every
+// Elements before out's first 16-byte boundary: the head, which the launchers do first. Every
 // pointer of a tensor is a multiple of sizeof(T) (the launcher checks), so this
 // is a whole number of elements.
 template <typename T>
