@@ -346,8 +346,10 @@ def unload(library: Library) -> None:
         )
 
 
-def _build_library(source_name: str, device: str, extra_flags: tuple[str, ...], extra_cflags: tuple[str, ...],
-                   verbose: bool) -> Library:
+def _library_options(source_name: str, device: str, extra_flags: tuple[str, ...], extra_cflags: tuple[str, ...],
+                     verbose: bool) -> dict:
+    """The arguments of ``torch.utils.cpp_extension.load`` for one library: its name carries
+    a hash of its sources, flags, GPU architecture and torch version, and so does its folder."""
     source = env.KERNELS_DIR / source_name
     cflags = tuple(CPU_FLAGS) + _compiler_flags() + tuple(extra_cflags)
     if device == "cuda":
@@ -357,25 +359,70 @@ def _build_library(source_name: str, device: str, extra_flags: tuple[str, ...], 
         cuda_flags, arch = (), ""
     digest = source_hash(source.read_text(), _headers_text(), " ".join(cflags + cuda_flags), arch, torch.__version__)
     name = f"{source.stem}_{device}_{digest}"
-    previous = _LOADED.get(source_name)
-    if previous is not None and previous.name == name:
-        return Library(source_name, device, name, previous.path, 0.0)  # loaded already: nothing to do
-    directory = build_directory(name)
-    check_stale_lock(directory)
-
-    from torch.utils.cpp_extension import load
-
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
-    options = dict(
+    return dict(
         name=name,
         sources=[str(source)],
         extra_cflags=list(cflags),
         extra_cuda_cflags=list(cuda_flags) if device == "cuda" else None,
         extra_include_paths=[str(env.KERNELS_DIR)],
-        build_directory=str(directory),
+        build_directory=str(build_directory(name)),
         is_python_module=False,
         verbose=verbose,
     )
+
+
+def _build_failed(source_name: str, device: str, error: Exception) -> BuildError:
+    return BuildError(
+        f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n"
+        f"{relative_paths(str(error))}\n"
+        "Fix the first error it reports and re-run the cell; the build is cached per source "
+        "hash, so only a changed kernel is rebuilt."
+    )
+
+
+def _build_side_by_side(jobs: list[tuple], verbose: bool) -> dict[str, float]:
+    """Build the libraries of ``jobs`` (the arguments of :func:`_build_library`) that are not
+    built yet, each in a child process of its own and all at once: a kernel's CUDA library
+    and its CPU twin then compile side by side instead of one after the other. Returns each
+    source's build seconds; loading stays with :func:`_build_library`, one library at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(job: tuple) -> float:
+        source_name, device, extra_flags, extra_cflags = job
+        options = _library_options(source_name, device, extra_flags, extra_cflags, verbose)
+        directory = Path(options["build_directory"])
+        loaded = _LOADED.get(source_name)
+        if (loaded is not None and loaded.name == options["name"]) or (directory / REGISTERED_MARK).exists():
+            return 0.0
+        check_stale_lock(directory)
+        started = time.perf_counter()
+        try:
+            _build_and_register_in_a_child(source_name, device, directory, options)
+        except BuildError:
+            raise
+        except Exception as error:  # torch raises RuntimeError for compiler errors
+            raise _build_failed(source_name, device, error) from None
+        return time.perf_counter() - started
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = {job[0]: pool.submit(build, job) for job in jobs}
+    return {source_name: future.result() for source_name, future in futures.items()}
+
+
+def _build_library(source_name: str, device: str, extra_flags: tuple[str, ...], extra_cflags: tuple[str, ...],
+                   verbose: bool, built_s: float = 0.0) -> Library:
+    """Build (unless built) and load one library; ``built_s``: seconds its build took already,
+    in :func:`_build_side_by_side`, reported as part of its time."""
+    options = _library_options(source_name, device, extra_flags, extra_cflags, verbose)
+    name, directory = options["name"], Path(options["build_directory"])
+    previous = _LOADED.get(source_name)
+    if previous is not None and previous.name == name:
+        return Library(source_name, device, name, previous.path, 0.0)  # loaded already: nothing to do
+    check_stale_lock(directory)
+
+    from torch.utils.cpp_extension import load
+
     started = time.perf_counter()
     try:
         _build_and_register_in_a_child(source_name, device, directory, options)
@@ -385,13 +432,8 @@ def _build_library(source_name: str, device: str, extra_flags: tuple[str, ...], 
     except BuildError:
         raise
     except Exception as error:  # torch raises RuntimeError for compiler errors, OSError for loading
-        raise BuildError(
-            f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n"
-            f"{relative_paths(str(error))}\n"
-            "Fix the first error it reports and re-run the cell; the build is cached per source "
-            "hash, so only a changed kernel is rebuilt."
-        ) from None
-    library = Library(source_name, device, name, Path(path), time.perf_counter() - started)
+        raise _build_failed(source_name, device, error) from None
+    library = Library(source_name, device, name, Path(path), time.perf_counter() - started + built_s)
     _LOADED[source_name] = library
     return library
 
@@ -471,15 +513,16 @@ def load(
 
     loaded = Loaded(kernel, spec.operators)
     key = "autograd" if kernel in AUTOGRAD_KERNELS else "cpu"
-    loaded.libraries.append(_build_library(spec.cpu_source, key, (), tuple(extra_cflags), verbose))
+    jobs = [(spec.cpu_source, key, (), tuple(extra_cflags))]
     if backend == "cuda" and spec.cuda_source is not None:
-        loaded.libraries.append(
-            _build_library(spec.cuda_source, "cuda", tuple(extra_cuda_cflags), tuple(extra_cflags), verbose)
-        )
-        if spec.tuned:
-            from . import tuning  # the launch configuration is measured per GPU model, never a constant
+        jobs.append((spec.cuda_source, "cuda", tuple(extra_cuda_cflags), tuple(extra_cflags)))
+    built_s = _build_side_by_side(jobs, verbose) if len(jobs) > 1 else {}
+    for job in jobs:
+        loaded.libraries.append(_build_library(*job, verbose, built_s=built_s.get(job[0], 0.0)))
+    if backend == "cuda" and spec.tuned:
+        from . import tuning  # the launch configuration is measured per GPU model, never a constant
 
-            tuning.configure(verbose=verbose)
+        tuning.configure(verbose=verbose)
     return loaded
 
 

@@ -93,6 +93,47 @@ def test_load_fails_fast_on_a_stale_lock(monkeypatch, tmp_path):
     assert str(env.REPO_ROOT) not in str(info.value)
 
 
+def _fake_child_builds(monkeypatch, tmp_path, seconds: float = 0.3, fail: str | None = None) -> list:
+    """Child builds that take ``seconds`` and write the mark (or raise for ``fail``), each
+    recorded as (source, start, end); build folders under tmp_path, nothing loaded."""
+    spans = []
+
+    def child(source_name, device, directory, options):
+        start = time.perf_counter()
+        if source_name == fail:
+            raise build.BuildError(f"Building kernels/{source_name} for {device.upper()} failed.")
+        time.sleep(seconds)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / build.REGISTERED_MARK).write_text(options["name"] + "\n")
+        spans.append((source_name, start, time.perf_counter()))
+
+    monkeypatch.setattr(build, "build_directory", lambda name: tmp_path / name)
+    monkeypatch.setattr(build, "_LOADED", {})
+    monkeypatch.setattr(build, "_build_and_register_in_a_child", child)
+    return spans
+
+
+def test_a_kernels_libraries_build_side_by_side(monkeypatch, tmp_path):
+    # A kernel's CPU library and its CUDA one compile at once (the CUDA one is the slow
+    # one): the two child builds overlap in time, and each reports its seconds.
+    spans = _fake_child_builds(monkeypatch, tmp_path)
+    jobs = [("selu_cpu.cpp", "cpu", (), ()), ("selu_backward_cpu.cpp", "cpu", (), ())]
+    seconds = build._build_side_by_side(jobs, verbose=False)
+    assert set(seconds) == {"selu_cpu.cpp", "selu_backward_cpu.cpp"} and min(seconds.values()) >= 0.3
+    (_, start_a, end_a), (_, start_b, end_b) = spans
+    assert max(start_a, start_b) < min(end_a, end_b), f"the builds ran one after the other: {spans}"
+    # Built now (the marks): a second call builds nothing.
+    assert build._build_side_by_side(jobs, verbose=False) == {"selu_cpu.cpp": 0.0, "selu_backward_cpu.cpp": 0.0}
+    assert len(spans) == 2
+
+
+def test_a_failed_side_by_side_build_is_reported(monkeypatch, tmp_path):
+    _fake_child_builds(monkeypatch, tmp_path, fail="selu_backward_cpu.cpp")
+    jobs = [("selu_cpu.cpp", "cpu", (), ()), ("selu_backward_cpu.cpp", "cpu", (), ())]
+    with pytest.raises(build.BuildError, match=r"kernels/selu_backward_cpu.cpp for CPU failed"):
+        build._build_side_by_side(jobs, verbose=False)
+
+
 def test_remove_stale_lock(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "EXTENSIONS_DIR", tmp_path)
     (tmp_path / "some_extension").mkdir()
