@@ -126,3 +126,19 @@ def test_littles_law_takes_this_runs_latency_for_this_gpu(monkeypatch, tmp_path)
     monkeypatch.setattr(every_gpu, "_records", lambda slug: results.load_reference(slug))
     results.save_table({"device": "NVIDIA H100 80GB HBM3", "latency_ns": 123.0}, demos.LATENCY_FILE, "h100")
     assert "the 123 ns of latency measured" in every_gpu.littles_law().splitlines()[0]
+
+
+def test_this_gpu_without_notebook_03_here_reads_its_committed_records(monkeypatch, tmp_path):
+    # Notebook 03b run on its own on an H100: this run holds none of notebook 03's records,
+    # so every record-based section takes the H100's committed ones, and says so.
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(every_gpu, "_here", lambda: "h100")
+    label = "committed H100 run; notebook 03 has not run here yet"
+    assert f"H100 ({label})" in str(every_gpu.two_gpus_table())
+    assert [f"H100, {label}" in str(r) for r in every_gpu.goal_reports()] == [True, False]
+    curve = every_gpu.curve_verdicts().splitlines()[0]
+    assert curve.startswith(f"H100 ({label})") and "no curve records" not in curve
+    # Once notebook 03 has run here, its records are this run's.
+    results.save(results.load_reference("h100"), "h100")
+    assert "H100 (this run)" in str(every_gpu.two_gpus_table())
+    assert every_gpu.curve_verdicts().startswith("H100 (this run)")
