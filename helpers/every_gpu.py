@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import statistics
 import sys
 import tempfile
 
@@ -85,7 +86,7 @@ def two_gpus_table() -> Markdown:
     """Notebook 03's headline on each GPU: ms, and each time as a multiple of the copy in its run."""
     rows = []
     for slug in _slugs():
-        records = _records(slug)
+        records, source = _records(slug), _records_source(slug)
         for dtype in DTYPES:
             run = _headline(records, dtype)
             if COPY not in run:
@@ -93,7 +94,7 @@ def two_gpus_table() -> Markdown:
             copy = run[COPY]["median_ms"]
             cells = [f"{run[v]['median_ms']:.3f} ({run[v]['median_ms'] / copy:.3f}×)" if v in run else "–"
                      for v in PEERS[1:]]
-            rows.append([f"{slug.upper()} ({_records_source(slug)})", dtype, f"{copy:.3f}", *cells])
+            rows.append([f"{slug.upper()} ({source})", dtype, f"{copy:.3f}", *cells])
     if not rows:
         return Markdown("no headline records of notebook 03 yet: run it on a GPU first")
     header = ["GPU", "dtype", "copy ms", "torch.selu", "torch.compile", "Triton (10 lines)", "selu_vectorized"]
@@ -413,7 +414,7 @@ def measure_misaligned(device=None) -> dict:
                 rounds[name].append(bench.time_fn(lambda fn=fn: fn(x), device=device).median_ms)
         for name, times in rounds.items():
             table["rows"].append({"dtype": dtype, "numel": numel, "variant": name,
-                                  "median_ms": sorted(times)[len(times) // 2], "rounds_ms": times})
+                                  "median_ms": statistics.median(times), "rounds_ms": times})
         del x
         torch.cuda.empty_cache()
     return table

@@ -134,9 +134,12 @@ def measure_power(device=None, dtypes=DTYPES, seconds: float = RUN_S) -> dict | 
     fields = query_fields(gpu)
     if fields is None:
         return None
-    limit = _query(["power.limit"], gpu).stdout.strip()
+    try:
+        limit_w = float(_query(["power.limit"], gpu).stdout.strip())
+    except ValueError:  # "[N/A]" on a board that does not report it
+        limit_w = None
     table = {"device": torch.cuda.get_device_name(device), "device_slug": env.device_slug(device),
-             "fields": fields, "power_limit_w": float(limit) if limit.replace(".", "", 1).isdigit() else None,
+             "fields": fields, "power_limit_w": limit_w,
              "run_s": seconds, "settle_s": SETTLE_S, "rows": []}
     sampler = _Sampler(fields, gpu)
     try:

@@ -32,6 +32,7 @@ Otherwise the default stays, and the record says so.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -152,12 +153,8 @@ def choose(rounds: dict[tuple[int, int, int], list[float]], round_copies: list[f
         raise ValueError(f"tuning.choose: every finalist needs one time per round, and the copy {len(copies)}; "
                          f"got {sorted({len(t) for t in rounds.values()})} times per finalist")
     shares = {config: [ms / copy for ms, copy in zip(times, copies)] for config, times in rounds.items()}
-
-    def median(values: list[float]) -> float:
-        return sorted(values)[len(values) // 2]
-
-    best = min(shares, key=lambda config: median(shares[config]))
-    return best if median(shares[best]) < min(shares[DEFAULT_CONFIG]) else DEFAULT_CONFIG
+    best = min(shares, key=lambda config: statistics.median(shares[config]))
+    return best if statistics.median(shares[best]) < min(shares[DEFAULT_CONFIG]) else DEFAULT_CONFIG
 
 
 def cache_path(device, library_name: str) -> Path:
