@@ -21,8 +21,10 @@ import datetime
 import functools
 import gc
 import inspect
+import math
 import platform
 import secrets
+import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,12 +100,13 @@ def launch_config(threads_per_block: int, vectors_per_thread: int, max_blocks_pe
 # --------------------------------------------------------------------------- timing
 
 
-def time_fn(fn: Callable[[], object], *, device: torch.device | str | None = None) -> Timing:
+def time_fn(fn: Callable[[], object], *, device: torch.device | str | None = None,
+            window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS)) -> Timing:
     """Time ``fn()`` (no arguments) on ``device`` (default: where the course runs).
 
-    CUDA: ``triton.testing.do_bench`` with its usual 25 ms warm-up and 100 ms of
-    repetitions; ``torch.utils.benchmark`` when triton is not installed.
-    CPU: ``torch.utils.benchmark.Timer.blocked_autorange``.
+    CUDA: ``triton.testing.do_bench`` with ``window_ms`` of warm-up and of repetitions
+    (by default its usual 25 ms and 100 ms); ``torch.utils.benchmark`` when triton is
+    not installed. CPU: ``torch.utils.benchmark.Timer.blocked_autorange``.
     """
     device = torch.device(device) if device is not None else env.default_device()
     if device.type == "cuda":
@@ -112,7 +115,7 @@ def time_fn(fn: Callable[[], object], *, device: torch.device | str | None = Non
         except ImportError:
             return _time_torch_benchmark(fn, device)
         with torch.cuda.device(device):
-            return _time_do_bench(fn)
+            return _time_do_bench(fn, *window_ms)
     return _time_torch_benchmark(fn, device)
 
 
@@ -132,17 +135,18 @@ def _do_bench_returns_all() -> bool:
     return '"all"' in source or "'all'" in source
 
 
-def _time_do_bench(fn: Callable[[], object]) -> Timing:
+def _time_do_bench(fn: Callable[[], object], warmup_ms: float = DO_BENCH_WARMUP_MS,
+                   rep_ms: float = DO_BENCH_REP_MS) -> Timing:
     from triton.testing import do_bench
 
     if _do_bench_returns_all():
         # Every sample back: the statistics and the sample count are then ours.
-        times = do_bench(fn, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="all")
+        times = do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
         return _timing_from_samples(np.asarray(times, dtype=float), n=len(times), method=METHOD_DO_BENCH)
     median, q20, q80 = do_bench(
         fn,
-        warmup=DO_BENCH_WARMUP_MS,
-        rep=DO_BENCH_REP_MS,
+        warmup=warmup_ms,
+        rep=rep_ms,
         quantiles=[0.5, 0.2, 0.8],
         return_mode="median",
     )
@@ -403,14 +407,22 @@ def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor 
 
 
 def per_call_us(fn: Callable[[], object], device: torch.device | str | None = None,
-                min_run_time_s: float = 0.1) -> float:
+                min_run_time_s: float = 0.1, block_s: float | None = None) -> float:
     """Wall-clock time per call of ``fn()``, in microseconds: blocks of calls back to back,
-    the GPU synchronized only around each block (``torch.utils.benchmark``'s
-    ``blocked_autorange``), the median over the blocks.
+    the GPU synchronized only around each block, the median over the blocks (timed by
+    ``torch.utils.benchmark.Timer``).
 
     Where a call costs the GPU less than the host (a small op), the GPU runs behind the
     host and this is the host's cost of issuing a call: Python, the dispatcher, guards,
     the launch. On a CPU the op runs inside the call, so it is the whole time.
+
+    How many calls make a block: by default ``blocked_autorange`` decides, growing the
+    block tenfold until the timer's own overhead is under 1/10,000 of it; on a GPU host
+    a block of 10 µs calls can then last 0.1 s and one of 45 µs calls 0.5 s, and finding
+    the size takes about as long again. With ``block_s``, one short block measures the
+    call first, and blocks of about ``block_s`` seconds follow, at least three and
+    ``min_run_time_s`` in all: the timer's overhead (a few µs) stays under a thousandth
+    of a 20 ms block, and a measurement takes ``min_run_time_s``, not up to ten times it.
     """
     from torch.utils.benchmark import Timer
 
@@ -419,7 +431,15 @@ def per_call_us(fn: Callable[[], object], device: torch.device | str | None = No
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     timer = Timer(stmt="fn()", globals={"fn": fn})
-    return timer.blocked_autorange(min_run_time=min_run_time_s).median * 1e6
+    if block_s is None:
+        return timer.blocked_autorange(min_run_time=min_run_time_s).median * 1e6
+    first = timer.timeit(PROBE_CALLS).median
+    calls = max(1, int(block_s / max(first, 1e-9)))
+    blocks = max(3, math.ceil(min_run_time_s / block_s))
+    return statistics.median(timer.timeit(calls).median for _ in range(blocks)) * 1e6
+
+
+PROBE_CALLS = 10  # per_call_us's first block, which sizes the others
 
 
 def spread_ms(record: dict) -> float:

@@ -37,11 +37,13 @@ SPEED_BATCH, SPEED_WIDTH, SPEED_DEPTH = 16384, 2048, 4
 
 # Dispatch overhead: per-call time from 2^10 to 2^20 elements, and the goal at 2^12. Four
 # sizes draw the flat part and where the kernel starts to show; 0.1 s of calls per row and
-# round is tens of thousands of calls, and the five rounds show how much the host drifts.
+# round, in five blocks of 20 ms, is thousands of calls, and the five rounds show how much
+# the host drifts.
 DISPATCH_SIZES = (2**10, 2**12, 2**16, 2**20)
 DISPATCH_GOAL_NUMEL = 2**12
 DISPATCH_GOAL = 1.2
 DISPATCH_MIN_RUN_S = 0.1
+DISPATCH_BLOCK_S = 0.02
 
 
 def _device(device) -> torch.device:
@@ -646,7 +648,8 @@ def measure_dispatch(device=None, sizes=DISPATCH_SIZES, rounds: int = DISPATCH_R
 
     def time_each_size(variant: str, call: Callable[[torch.Tensor], Callable[[], object]]) -> None:
         for numel, x in inputs.items():
-            timed.setdefault((variant, numel), []).append(bench.per_call_us(call(x), device, DISPATCH_MIN_RUN_S))
+            timed.setdefault((variant, numel), []).append(bench.per_call_us(call(x), device, DISPATCH_MIN_RUN_S,
+                                                                           block_s=DISPATCH_BLOCK_S))
 
     for _ in range(rounds):
         with autograd_rule("python"), cpp_entry(False):
@@ -664,7 +667,8 @@ def measure_dispatch(device=None, sizes=DISPATCH_SIZES, rounds: int = DISPATCH_R
     rows = [{"variant": variant, "numel": numel, "us": statistics.median(us), "rounds_us": us}
             for (variant, numel), us in sorted(timed.items(), key=lambda item: item[0][1])]
     return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "torch": torch.__version__,
-            "dtype": "float32", "rounds": rounds, "rows": rows}
+            "dtype": "float32", "rounds": rounds, "block_s": DISPATCH_BLOCK_S, "min_run_time_s": DISPATCH_MIN_RUN_S,
+            "rows": rows}
 
 
 def dispatch() -> tuple[dict | None, Markdown]:
@@ -680,8 +684,10 @@ def dispatch() -> tuple[dict | None, Markdown]:
     rows = [[v] + [f"{us[v, n]:.2f} ± {spread[v, n] / 2:.2f}" if (v, n) in us else "" for n in sizes]
             for v in variants]
     lines = _table(["µs per call"] + [f"2^{n.bit_length() - 1}" for n in sizes], ["---"] + ["---:"] * len(sizes), rows)
+    blocks = (f", each the median of blocks of {table['block_s'] * 1e3:.0f} ms of calls back to back"
+              if table.get("block_s") else "")
     return table, Markdown(f"*{source}; float32, grad mode on, an input that does not require grad; the median "
-                           f"of {table['rounds']} rounds ± half their range*\n\n" + "\n".join(lines))
+                           f"of {table['rounds']} rounds ± half their range{blocks}*\n\n" + "\n".join(lines))
 
 
 def dispatch_goal(table: dict | None, numel: int = DISPATCH_GOAL_NUMEL, goal: float = DISPATCH_GOAL) -> Markdown:

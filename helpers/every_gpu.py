@@ -300,7 +300,7 @@ def _ncu_path() -> str | None:
     return which("ncu") or (candidate if candidate and os.path.exists(candidate) else None)
 
 
-def measure_instructions(dtypes=("bfloat16", "float16", "float32")) -> dict:
+def measure_instructions(dtypes=("bfloat16", "float16", "float32", "float64")) -> dict:
     """Warp instructions per element that Nsight Compute counts on this GPU for torch.selu and
     for the course's kernel, at 2^24 elements (``smsp__inst_executed.sum`` × 32 / elements)."""
     ncu = _ncu_path()
@@ -554,15 +554,18 @@ def curve_verdicts() -> str:
     for slug in _slugs():
         records = [r for r in _records(slug) if r["dtype"] == "float32" and r.get("config") is None
                    and r["op"] == "forward" and r["variant"] in ("selu_vectorized", "torch_eager")]
-        found = report.slowest_against_eager(records)
-        if found is None:
+        if report.slowest_against_eager(records) is None:
             lines.append(f"{slug.upper()} ({_records_source(slug)}): no curve records")
             continue
-        ratio, numel = found
-        lines.append(f"{slug.upper()} ({_records_source(slug)}): vectorized / eager throughput from 2^16 up is at least "
-                     f"{ratio:.3f} (at {numel:,} elements); goal ≥ {report.CURVE_GOAL}: "
-                     f"{'PASS' if ratio >= report.CURVE_GOAL else 'MISS'}")
+        lines.append(report.curve_verdict(records, _rounds_table(slug), where=f"{slug.upper()} ({_records_source(slug)})"))
     return "\n".join(lines)
+
+
+def _rounds_table(slug: str) -> dict | None:
+    """Notebook 03's rounds of small sizes (report.measure_curve_rounds) of ``slug``, from where
+    :func:`_records` takes its records."""
+    directory = results.results_dir() if _notebook_03_ran_here(slug) else None
+    return results.load_table(report.CURVE_ROUNDS_FILE, slug, directory)
 
 
 def goals_markdown(misaligned: dict[str, dict]) -> Markdown:

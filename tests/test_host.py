@@ -26,6 +26,21 @@ def test_per_call_us_counts_host_work():
     assert 0 < plain < slowed and slowed >= 200
 
 
+def test_per_call_us_in_blocks_of_the_given_length():
+    """With ``block_s`` the blocks hold about block_s of calls (here 100 µs each: about 200 a
+    block), three of them for a min_run_time of one block, after one short block that sizes
+    them: at most hundreds of calls, where blocked_autorange would grow a block to 1,000 or 10,000."""
+    x, calls = torch.zeros(8), []
+
+    def call():
+        calls.append(1)
+        return host.with_host_work(torch.neg, 100)(x)
+
+    us = bench.per_call_us(call, x.device, 0.02, block_s=0.02)
+    assert us >= 100
+    assert 1 + bench.PROBE_CALLS + 3 <= len(calls) <= 1 + bench.PROBE_CALLS + 3 * 200
+
+
 def test_with_host_work_waits_then_calls():
     x = torch.arange(4.0)
     start = time.perf_counter()

@@ -193,6 +193,36 @@ def test_slowest_against_eager_and_the_verdict():
     assert report.slowest_against_eager(rows, smallest=2**12)[0] == pytest.approx(0.5)
 
 
+def _rounds_table(rows):
+    return {"device": "Test GPU 80GB", "device_slug": "h100", "rounds": 3, "window_ms": [5, 20],
+            "rows": [{"numel": n, "selu_vectorized_ms": ours, "torch_eager_ms": eager} for n, ours, eager in rows]}
+
+
+def test_the_curve_is_judged_on_its_rounds_where_it_has_them():
+    """At 2^16 the sweep's one median says 0.5, but the rounds say eager and the kernel take
+    the same time on average (their own ratios 0.9-1.1): the rounds decide there, the records
+    decide above them (2^20: 0.96)."""
+    rows = []
+    for k, ratio in ((16, 0.5), (20, 0.96)):
+        rows += [rec("torch_eager", 2**k, 1.0, run=f"r{k}"), rec("selu_vectorized", 2**k, 1.0 / ratio, run=f"r{k}")]
+    table = _rounds_table([(2**16, [1.0, 1.1, 0.9], [1.1, 1.0, 0.9])])
+    assert report.rounds_against_eager(table)[2**16][0] == pytest.approx(1.0)
+    assert report.slowest_against_eager(rows) == (pytest.approx(0.5), 2**16)
+    assert report.slowest_against_eager(rows, rounds_table=table) == (pytest.approx(0.96), 2**20)
+    table = _rounds_table([(2**16, [1.0, 1.2, 1.1], [0.9, 0.9, 1.0])])
+    verdict = report.curve_verdict(as_records(rows, source="reference: H"), table)
+    assert "at least 0.848 (at 65,536 elements; the mean of 3 rounds, whose own ratios span 0.750–0.909)" in verdict
+    assert verdict.endswith("MISS")
+
+
+def test_measure_curve_rounds_takes_turns_at_every_size():
+    table = report.measure_curve_rounds("cpu", rounds=2, smallest=2**10, largest=2**11)
+    assert [row["numel"] for row in table["rows"]] == [2**10, 2**11]
+    assert all(len(row["selu_vectorized_ms"]) == len(row["torch_eager_ms"]) == 2 for row in table["rows"])
+    assert table["rounds"] == 2 and table["window_ms"] == list(report.CURVE_ROUND_WINDOW_MS)
+    assert set(report.rounds_against_eager(table)) == {2**10, 2**11}
+
+
 def test_spreads_lists_every_variant_of_every_dtype():
     text = report.spreads(headline_rows(vectorized_ms=2.0, eager_ms=2.4, compile_ms=2.0, spread=0.5))
     assert len(text.splitlines()) == len(report.GOAL_DTYPES)
