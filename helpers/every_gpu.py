@@ -300,16 +300,21 @@ def _ncu_path() -> str | None:
     return which("ncu") or (candidate if candidate and os.path.exists(candidate) else None)
 
 
+INSTRUCTIONS_METRIC = "smsp__inst_executed.sum"
+FP64_PIPE_METRIC = "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active"
+
+
 def measure_instructions(dtypes=("bfloat16", "float16", "float32", "float64")) -> dict:
     """Warp instructions per element that Nsight Compute counts on this GPU for torch.selu and
-    for the course's kernel, at 2^24 elements (``smsp__inst_executed.sum`` × 32 / elements)."""
+    for the course's kernel, at 2^24 elements (``smsp__inst_executed.sum`` × 32 / elements);
+    and in fp64, how busy the fp64 units were, as a share of the cycles."""
     ncu = _ncu_path()
     if ncu is None:
         return {"device": torch.cuda.get_device_name(), "error": "ncu (Nsight Compute) is not installed here"}
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as probe:
         probe.write(NCU_PROBE)
     try:
-        done = subprocess.run([ncu, "--clock-control", "none", "--metrics", "smsp__inst_executed.sum", "--csv",
+        done = subprocess.run([ncu, "--clock-control", "none", "--metrics", f"{INSTRUCTIONS_METRIC},{FP64_PIPE_METRIC}", "--csv",
                                sys.executable, probe.name, *dtypes], capture_output=True, text=True, timeout=300,
                               cwd=env.REPO_ROOT, env={**os.environ, "PYTHONPATH": str(env.REPO_ROOT)})
     finally:
@@ -320,17 +325,20 @@ def measure_instructions(dtypes=("bfloat16", "float16", "float32", "float64")) -
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         return {"device": torch.cuda.get_device_name(), "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    counts = {}
+    counts, fp64_busy = {}, {}
     for row in csv.DictReader(lines[start:]):
         name = row["Kernel Name"]
         kernel = "torch.selu" if "elu_kernel" in name else "selu_vectorized" if "selu_vectorized_kernel" in name else None
-        if kernel is None:
+        dtype = _kernel_dtype(name)
+        if kernel is None or dtype not in dtypes:
             continue
-        per_element = int(row["Metric Value"].replace(",", "")) * WARP / 2**24
-        for dtype in dtypes:
-            if _kernel_dtype(name) == dtype:
-                counts.setdefault(dtype, {})[kernel] = round(per_element, 1)
-    return {"device": torch.cuda.get_device_name(), "numel": 2**24, "per_element": counts}
+        value = float(row["Metric Value"].replace(",", ""))
+        if row["Metric Name"] == INSTRUCTIONS_METRIC:
+            counts.setdefault(dtype, {})[kernel] = round(value * WARP / 2**24, 1)
+        elif row["Metric Name"] == FP64_PIPE_METRIC and dtype == "float64":
+            fp64_busy[kernel] = round(value, 1)
+    return {"device": torch.cuda.get_device_name(), "numel": 2**24, "per_element": counts,
+            "fp64_pipe_busy_pct": fp64_busy}
 
 
 def _kernel_dtype(name: str) -> str | None:
@@ -374,9 +382,13 @@ def issue_bound_table(tables: dict[str, dict]) -> Markdown:
     if not rows:
         return Markdown("no instruction counts yet: they are measured on a GPU with Nsight Compute")
     header = ["GPU", "dtype", "kernel", "instructions per element", "issue time at the reference size"]
+    busy = [f"{slug.upper()} " + ", ".join(f"{kernel} {pct:.0f}%" for kernel, pct in table["fp64_pipe_busy_pct"].items())
+            for slug, table in tables.items() if table.get("fp64_pipe_busy_pct")]
+    fp64 = ("\n\nfp64 units busy, as a share of the cycles of the same calls (Nsight Compute, "
+            f"`{FP64_PIPE_METRIC}`): " + "; ".join(busy)) if busy else ""
     return Markdown("*warp instructions × 32 / elements, counted by Nsight Compute at 2^24 elements; issue time at "
                     "132 SMs × 4 per clock × 1.98 GHz (datasheet)*\n\n"
-                    + "\n".join(_table(header, ["---"] * 3 + ["---:"] * 2, rows)))
+                    + "\n".join(_table(header, ["---"] * 3 + ["---:"] * 2, rows)) + fp64)
 
 
 # --------------------------------------------------------------------------- 5. misaligned views

@@ -39,6 +39,15 @@ def test_issue_bound_arithmetic():
     assert f"{expected_ms:.2f} ms" in text
 
 
+def test_issue_bound_table_reads_how_busy_the_fp64_units_were():
+    table = {"device": "H200", "numel": 2**24, "per_element": {"float64": {"selu_vectorized": 86.1}},
+             "fp64_pipe_busy_pct": {"torch.selu": 38.2, "selu_vectorized": 36.9}}
+    text = str(every_gpu.issue_bound_table({"h200": table}))
+    assert "fp64 units busy" in text and "H200 torch.selu 38%, selu_vectorized 37%" in text
+    older = {key: value for key, value in table.items() if key != "fp64_pipe_busy_pct"}  # a table from before
+    assert "fp64 units busy" not in str(every_gpu.issue_bound_table({"h200": older}))
+
+
 def test_ptx_counts_show_the_economical_path_is_cheaper():
     pytest.importorskip("torch")
     if env.nvcc_path() is None:
