@@ -406,6 +406,9 @@ def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor 
     return first
 
 
+PROBE_CALLS = 10  # per_call_us's first block, which sizes the others
+
+
 def per_call_us(fn: Callable[[], object], device: torch.device | str | None = None,
                 min_run_time_s: float = 0.1, block_s: float | None = None) -> float:
     """Wall-clock time per call of ``fn()``, in microseconds: blocks of calls back to back,
@@ -426,6 +429,9 @@ def per_call_us(fn: Callable[[], object], device: torch.device | str | None = No
     """
     from torch.utils.benchmark import Timer
 
+    if block_s is not None and not block_s > 0:
+        raise ValueError(f"per_call_us: block_s is the length of a block of calls in seconds and must be "
+                         f"positive, got {block_s}; pass None to let blocked_autorange choose the blocks.")
     device = torch.device(device) if device is not None else env.default_device()
     fn()
     if device.type == "cuda":
@@ -437,9 +443,6 @@ def per_call_us(fn: Callable[[], object], device: torch.device | str | None = No
     calls = max(1, int(block_s / max(first, 1e-9)))
     blocks = max(3, math.ceil(min_run_time_s / block_s))
     return statistics.median(timer.timeit(calls).median for _ in range(blocks)) * 1e6
-
-
-PROBE_CALLS = 10  # per_call_us's first block, which sizes the others
 
 
 def spread_ms(record: dict) -> float:

@@ -314,17 +314,28 @@ def measure_instructions(dtypes=("bfloat16", "float16", "float32", "float64")) -
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as probe:
         probe.write(NCU_PROBE)
     try:
-        done = subprocess.run([ncu, "--clock-control", "none", "--metrics", f"{INSTRUCTIONS_METRIC},{FP64_PIPE_METRIC}", "--csv",
+        metrics = f"{INSTRUCTIONS_METRIC},{FP64_PIPE_METRIC}"
+        done = subprocess.run([ncu, "--clock-control", "none", "--metrics", metrics, "--csv",
                                sys.executable, probe.name, *dtypes], capture_output=True, text=True, timeout=300,
                               cwd=env.REPO_ROOT, env={**os.environ, "PYTHONPATH": str(env.REPO_ROOT)})
     finally:
         os.unlink(probe.name)
+    found = read_ncu_csv(done.stdout, dtypes)
+    if found is None:
+        return {"device": torch.cuda.get_device_name(), "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    return {"device": torch.cuda.get_device_name(), "numel": 2**24, **found}
+
+
+def read_ncu_csv(text: str, dtypes: tuple[str, ...], numel: int = 2**24) -> dict | None:
+    """From ``ncu --csv`` output of NCU_PROBE: each kernel's warp instructions per element
+    (``per_element``, by dtype and kernel) and, in fp64, how busy its fp64 units were
+    (``fp64_pipe_busy_pct``); None where the output holds no table."""
     import csv
 
-    lines = done.stdout.splitlines()
+    lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
-        return {"device": torch.cuda.get_device_name(), "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+        return None
     counts, fp64_busy = {}, {}
     for row in csv.DictReader(lines[start:]):
         name = row["Kernel Name"]
@@ -334,11 +345,10 @@ def measure_instructions(dtypes=("bfloat16", "float16", "float32", "float64")) -
             continue
         value = float(row["Metric Value"].replace(",", ""))
         if row["Metric Name"] == INSTRUCTIONS_METRIC:
-            counts.setdefault(dtype, {})[kernel] = round(value * WARP / 2**24, 1)
+            counts.setdefault(dtype, {})[kernel] = round(value * WARP / numel, 1)
         elif row["Metric Name"] == FP64_PIPE_METRIC and dtype == "float64":
             fp64_busy[kernel] = round(value, 1)
-    return {"device": torch.cuda.get_device_name(), "numel": 2**24, "per_element": counts,
-            "fp64_pipe_busy_pct": fp64_busy}
+    return {"per_element": counts, "fp64_pipe_busy_pct": fp64_busy}
 
 
 def _kernel_dtype(name: str) -> str | None:
@@ -383,7 +393,8 @@ def issue_bound_table(tables: dict[str, dict]) -> Markdown:
         return Markdown("no instruction counts yet: they are measured on a GPU with Nsight Compute")
     header = ["GPU", "dtype", "kernel", "instructions per element", "issue time at the reference size"]
     busy = [f"{slug.upper()} " + ", ".join(f"{kernel} {pct:.0f}%" for kernel, pct in table["fp64_pipe_busy_pct"].items())
-            for slug, table in tables.items() if table.get("fp64_pipe_busy_pct")]
+            for slug, table in tables.items()
+            if table.get("fp64_pipe_busy_pct")]
     fp64 = ("\n\nfp64 units busy, as a share of the cycles of the same calls (Nsight Compute, "
             f"`{FP64_PIPE_METRIC}`): " + "; ".join(busy)) if busy else ""
     return Markdown("*warp instructions × 32 / elements, counted by Nsight Compute at 2^24 elements; issue time at "
@@ -569,7 +580,8 @@ def curve_verdicts() -> str:
         if report.slowest_against_eager(records) is None:
             lines.append(f"{slug.upper()} ({_records_source(slug)}): no curve records")
             continue
-        lines.append(report.curve_verdict(records, _rounds_table(slug), where=f"{slug.upper()} ({_records_source(slug)})"))
+        where = f"{slug.upper()} ({_records_source(slug)})"
+        lines.append(report.curve_verdict(records, _rounds_table(slug), where=where))
     return "\n".join(lines)
 
 

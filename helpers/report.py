@@ -680,11 +680,15 @@ def _power_of_two(n: int) -> bool:
 
 
 def measure_curve_rounds(device=None, rounds: int = CURVE_ROUNDS, smallest: int = CURVE_GOAL_FROM,
-                         largest: int = CURVE_ROUNDS_UP_TO, window_ms: tuple[float, float] = CURVE_ROUND_WINDOW_MS) -> dict:
+                         largest: int = CURVE_ROUNDS_UP_TO,
+                         window_ms: tuple[float, float] = CURVE_ROUND_WINDOW_MS) -> dict:
     """The kernel and torch eager at every power of two from ``smallest`` to ``largest``
     elements (fp32), taking turns: each round times both at every size, ``rounds`` times,
     each time one ``do_bench`` call of ``window_ms``. Returns the table of every round's
     median per size and variant (ms)."""
+    if rounds < 1 or smallest > largest:
+        raise ValueError(f"measure_curve_rounds: needs at least one round and smallest <= largest, got "
+                         f"rounds={rounds}, smallest={smallest:,}, largest={largest:,}")
     device = torch.device(device) if device is not None else env.default_device()
     variants = {"selu_vectorized": ops.selu_vectorized, "torch_eager": torch.selu}
     sizes = [1 << k for k in range(smallest.bit_length() - 1, largest.bit_length())]
@@ -693,7 +697,8 @@ def measure_curve_rounds(device=None, rounds: int = CURVE_ROUNDS, smallest: int 
     for _ in range(rounds):
         for numel, x in inputs.items():
             for name, fn in variants.items():
-                times[numel][name].append(bench.time_fn(lambda fn=fn: fn(x), device=device, window_ms=window_ms).median_ms)
+                timing = bench.time_fn(lambda fn=fn: fn(x), device=device, window_ms=window_ms)
+                times[numel][name].append(timing.median_ms)
     return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "torch": torch.__version__,
             "dtype": "float32", "rounds": rounds, "window_ms": list(window_ms),
             "rows": [{"numel": numel, **{f"{name}_ms": ms for name, ms in by_variant.items()}}

@@ -120,6 +120,15 @@ def test_dispatch_goal_decides_from_each_rounds_ratio():
     assert str(compiled.dispatch_goal({"device": "a GPU", "rows": rows})).endswith("**MISS**: 1.21× (goal ≤ 1.2×)")
 
 
+def test_dispatch_times_blocks_of_the_chosen_length(monkeypatch):
+    """Every per-call time of the dispatch table is taken in blocks of DISPATCH_BLOCK_S, and the
+    table says so (its caption reads it)."""
+    seen = []
+    monkeypatch.setattr(compiled.bench, "per_call_us", lambda fn, device, min_run, block_s=None: seen.append(block_s) or 1.0)
+    table = compiled.measure_dispatch("cpu", sizes=(1024,), rounds=1)
+    assert seen and set(seen) == {compiled.DISPATCH_BLOCK_S} and table["block_s"] == compiled.DISPATCH_BLOCK_S
+
+
 def test_triton_verdict_uses_the_spread():
     def record(variant, ms, repeats):
         return {"variant": variant, "op": "forward", "dtype": "bfloat16", "numel": 8, "run": "r", "median_ms": ms,

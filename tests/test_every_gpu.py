@@ -48,6 +48,23 @@ def test_issue_bound_table_reads_how_busy_the_fp64_units_were():
     assert "fp64 units busy" not in str(every_gpu.issue_bound_table({"h200": older}))
 
 
+def test_ncu_csv_gives_counts_per_element_and_how_busy_the_fp64_units_were():
+    def row(i, kernel, metric, value):
+        return f'"{i}","{kernel}","{metric}","{value}"'
+    vectorized = "void selu_course::selu_vectorized_kernel<double, 4, 0, 1>(const T1 *, T1 *, long)"
+    eager = "void at::vectorized_elementwise_kernel<2, at::elu_kernel(double)>"
+    text = "\n".join(["==PROF== Disconnected", '"ID","Kernel Name","Metric Name","Metric Value"',
+                      row(1, eager, every_gpu.INSTRUCTIONS_METRIC, "40,108,032"),
+                      row(1, eager, every_gpu.FP64_PIPE_METRIC, "38.21"),
+                      row(2, vectorized, every_gpu.INSTRUCTIONS_METRIC, "45,154,304"),
+                      row(2, vectorized, every_gpu.FP64_PIPE_METRIC, "36.9"),
+                      row(3, "void at::distribution_kernel<float>", every_gpu.INSTRUCTIONS_METRIC, "1")])
+    found = every_gpu.read_ncu_csv(text, ("float64",))
+    assert found["per_element"] == {"float64": {"torch.selu": 76.5, "selu_vectorized": 86.1}}
+    assert found["fp64_pipe_busy_pct"] == {"torch.selu": 38.2, "selu_vectorized": 36.9}
+    assert every_gpu.read_ncu_csv("==ERROR== no kernels were profiled", ("float64",)) is None
+
+
 def test_ptx_counts_show_the_economical_path_is_cheaper():
     pytest.importorskip("torch")
     if env.nvcc_path() is None:

@@ -26,19 +26,27 @@ def test_per_call_us_counts_host_work():
     assert 0 < plain < slowed and slowed >= 200
 
 
-def test_per_call_us_in_blocks_of_the_given_length():
-    """With ``block_s`` the blocks hold about block_s of calls (here 100 µs each: about 200 a
-    block), three of them for a min_run_time of one block, after one short block that sizes
-    them: at most hundreds of calls, where blocked_autorange would grow a block to 1,000 or 10,000."""
-    x, calls = torch.zeros(8), []
+def test_per_call_us_in_blocks_of_the_given_length(monkeypatch):
+    """With ``block_s`` one short block sizes the others: about block_s of calls each (here
+    100 µs calls, so at most 200 in 20 ms), as many blocks as min_run_time_s holds and at
+    least three, where blocked_autorange would grow a block to 1,000 or 10,000 calls."""
+    from torch.utils.benchmark import Timer
 
-    def call():
-        calls.append(1)
-        return host.with_host_work(torch.neg, 100)(x)
+    x, numbers = torch.zeros(8), []
+    timeit = Timer.timeit
+    monkeypatch.setattr(Timer, "timeit", lambda self, number=1000000: numbers.append(number) or timeit(self, number))
+    slowed = host.with_host_work(torch.neg, 100)
+    assert bench.per_call_us(lambda: slowed(x), x.device, 0.1, block_s=0.02) >= 100
+    assert numbers[0] == bench.PROBE_CALLS and len(numbers) == 1 + 5
+    assert len(set(numbers[1:])) == 1 and 1 <= numbers[1] <= 200
+    numbers.clear()
+    bench.per_call_us(lambda: slowed(x), x.device, 0.02, block_s=0.02)
+    assert len(numbers) == 1 + 3
 
-    us = bench.per_call_us(call, x.device, 0.02, block_s=0.02)
-    assert us >= 100
-    assert 1 + bench.PROBE_CALLS + 3 <= len(calls) <= 1 + bench.PROBE_CALLS + 3 * 200
+
+def test_per_call_us_refuses_a_block_of_no_time():
+    with pytest.raises(ValueError, match="block_s .* must be positive"):
+        bench.per_call_us(lambda: None, "cpu", 0.02, block_s=0)
 
 
 def test_with_host_work_waits_then_calls():

@@ -223,6 +223,11 @@ def test_measure_curve_rounds_takes_turns_at_every_size():
     assert set(report.rounds_against_eager(table)) == {2**10, 2**11}
 
 
+def test_measure_curve_rounds_refuses_no_rounds():
+    with pytest.raises(ValueError, match="at least one round"):
+        report.measure_curve_rounds("cpu", rounds=0)
+
+
 def test_spreads_lists_every_variant_of_every_dtype():
     text = report.spreads(headline_rows(vectorized_ms=2.0, eager_ms=2.4, compile_ms=2.0, spread=0.5))
     assert len(text.splitlines()) == len(report.GOAL_DTYPES)
