@@ -316,6 +316,7 @@ def measure(
     op: str = "forward",
     include_copy: bool = True,
     x: torch.Tensor | None = None,
+    window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS),
 ) -> list[dict]:
     """Time every variant on one fresh random input of ``numel`` elements, as one run.
 
@@ -324,7 +325,7 @@ def measure(
     same input. ``x`` replaces the random input
     (its dtype and device then win). A value of ``variants`` is a function or a
     :class:`Variant`. Returns one JSON-ready record per variant (see
-    :func:`_record`), all with the same ``run``.
+    :func:`_record`), all with the same ``run``. ``window_ms``: see :func:`time_fn`.
     """
     if op not in TENSORS_READ_WRITTEN:
         raise ValueError(f"op must be one of {sorted(TENSORS_READ_WRITTEN)}, not {op!r}")
@@ -340,14 +341,14 @@ def measure(
     records = []
     if include_copy:
         copy = roofline_copy(op, x)
-        records.append(_record(COPY, op, dtype, numel, time_fn(copy, device=device), device, run))
+        records.append(_record(COPY, op, dtype, numel, time_fn(copy, device=device, window_ms=window_ms), device, run))
         # Its buffers go back to torch's caching allocator, which hands the same blocks to
         # the variants' outputs. (No gc.collect per variant: with torch.compile loaded one
         # takes about 0.2 s, longer than timing a variant at a small size.)
         del copy
     for label, fn in variants.items():
         # Each call's output is dropped before the next call, so at most one lives at a time.
-        timing = time_fn(lambda fn=fn: fn(x), device=device)
+        timing = time_fn(lambda fn=fn: fn(x), device=device, window_ms=window_ms)
         name, config = (fn.name, fn.config) if isinstance(fn, Variant) else (label, None)
         records.append(_record(name, op, dtype, numel, timing, device, run, config))
     return records
@@ -467,8 +468,9 @@ def sweep(
     op: str = "forward",
     include_copy: bool = True,
     progress: bool | None = None,
+    window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS),
 ) -> list[dict]:
-    """:func:`measure` at each size, with a progress bar; the records of all sizes.
+    """:func:`measure` at each size (with ``window_ms``), with a progress bar; the records of all sizes.
 
     On a GPU, a size whose tensors (input, output, and for the backward pass the
     incoming gradient) do not fit in free memory is skipped with a note.
@@ -493,7 +495,8 @@ def sweep(
         if device.type == "cuda" and not env.fits_on_gpu(numel, dtype, tensors=reads + writes):
             print(f"skipped {numel:,} elements: {reads + writes} tensors of them do not fit in free GPU memory")
             continue
-        records += measure(variants, numel, dtype=dtype, device=device, op=op, include_copy=include_copy)
+        records += measure(variants, numel, dtype=dtype, device=device, op=op, include_copy=include_copy,
+                           window_ms=window_ms)
     return records
 
 

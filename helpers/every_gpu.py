@@ -6,6 +6,7 @@ GPUs side by side (``results/h100``, ``results/h200``). A table says which it sh
 from __future__ import annotations
 
 import math
+import re
 import os
 import subprocess
 import statistics
@@ -21,6 +22,7 @@ from .report import Markdown, _table
 
 GPUS = ("h100", "h200")  # the GPUs whose records the course commits
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+HALF_DTYPES = ("bfloat16", "float16")
 # Datasheet figures, the same for the H100 SXM and the H200: 132 SMs, 4 schedulers per
 # SM that each issue one warp instruction per clock, at up to 1,980 MHz.
 SMS, SCHEDULERS_PER_SM, BOOST_CLOCK_HZ = 132, 4, 1.98e9
@@ -284,10 +286,14 @@ import sys, torch
 from helpers import build, ops
 build.load("selu_vectorized")
 for name in sys.argv[1:]:
-    x = torch.randn(2**24, device="cuda", dtype=getattr(torch, name))
-    torch.selu(x); ops.selu_vectorized(x)
+    dtype = getattr(torch, name)
+    x = torch.randn(2**24 + 8, device="cuda", dtype=dtype)
+    torch.selu(x[:2**24]); ops.selu_vectorized(x[:2**24])
+    if dtype.itemsize == 2:  # x[1:] into a fresh result: the realigning loop of section 6
+        ops.selu_vectorized(x[1:2**24 + 1])
 torch.cuda.synchronize()
 """
+MISALIGNED_KERNEL = "selu_vectorized x[1:]"  # the realigning loop's row of the instruction table
 
 
 def _ncu_path() -> str | None:
@@ -339,7 +345,7 @@ def read_ncu_csv(text: str, dtypes: tuple[str, ...], numel: int = 2**24) -> dict
     counts, fp64_busy = {}, {}
     for row in csv.DictReader(lines[start:]):
         name = row["Kernel Name"]
-        kernel = "torch.selu" if "elu_kernel" in name else "selu_vectorized" if "selu_vectorized_kernel" in name else None
+        kernel = _kernel_label(name)
         dtype = _kernel_dtype(name)
         if kernel is None or dtype not in dtypes:
             continue
@@ -349,6 +355,17 @@ def read_ncu_csv(text: str, dtypes: tuple[str, ...], numel: int = 2**24) -> dict
         elif row["Metric Name"] == FP64_PIPE_METRIC and dtype == "float64":
             fp64_busy[kernel] = round(value, 1)
     return {"per_element": counts, "fp64_pipe_busy_pct": fp64_busy}
+
+
+def _kernel_label(name: str) -> str | None:
+    """torch.selu, the course's aligned loop, or its realigning loop (the template argument
+    ALIGNED of ``selu_vectorized_kernel<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>`` is 0)."""
+    if "elu_kernel" in name:
+        return "torch.selu"
+    found = re.search(r"selu_vectorized_kernel<[^<>]+, (\d+), (\d+), (\d+)>", name)
+    if found is None:
+        return None
+    return "selu_vectorized" if found.group(3) != "0" else MISALIGNED_KERNEL
 
 
 def _kernel_dtype(name: str) -> str | None:
@@ -465,6 +482,25 @@ def misaligned_table(tables: dict[str, dict]) -> Markdown:
     header = ["GPU", "dtype", "aligned ms", "x[1:] → fresh out", "x[1:] → y[1:]", "torch.selu: x[1:] / aligned"]
     return Markdown("*the same number of elements (the problem size), aligned and one element off; goal ≤ 1.10 × "
                     "aligned*\n\n" + "\n".join(_table(header, ["---"] * 2 + ["---:"] * 4, rows)))
+
+
+def misaligned_issue_lines(instructions: dict[str, dict], misaligned: dict[str, dict]) -> str:
+    """Per GPU and 16-bit dtype: the realigning loop's instructions per element against the
+    aligned loop's (section 4's count), beside its time against the aligned time (the table
+    above). Where the kernel is bound by issuing its instructions, the two ratios agree."""
+    lines = []
+    for slug, table in misaligned.items():
+        counts = instructions.get(slug, {}).get("per_element", {})
+        for dtype in HALF_DTYPES:
+            ms = {r["variant"]: r["median_ms"] for r in table["rows"] if r["dtype"] == dtype}
+            aligned, realigned = counts.get(dtype, {}).get("selu_vectorized"), counts.get(dtype, {}).get(MISALIGNED_KERNEL)
+            if not ms or not aligned or not realigned:
+                continue
+            time_ratio = ms["x[1:n+1] (fresh out)"] / ms["aligned x[:n]"]
+            lines.append(f"{slug.upper()} {dtype}: x[1:] into a fresh result issues {realigned:.1f} instructions per "
+                         f"element against the aligned loop's {aligned:.1f} ({realigned / aligned:.3f}×), and takes "
+                         f"{time_ratio:.3f}× the aligned time")
+    return "\n".join(lines) or "no count of the realigning loop yet: Nsight Compute counts it on a GPU"
 
 
 def misaligned_goals(tables: dict[str, dict], limit: float = 1.10) -> list[tuple[str, str, bool]]:

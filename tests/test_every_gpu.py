@@ -48,6 +48,18 @@ def test_issue_bound_table_reads_how_busy_the_fp64_units_were():
     assert "fp64 units busy" not in str(every_gpu.issue_bound_table({"h200": older}))
 
 
+def test_misaligned_issue_lines_set_the_count_beside_the_time():
+    instructions = {"h200": {"per_element": {"bfloat16": {"selu_vectorized": 20.0, every_gpu.MISALIGNED_KERNEL: 22.0},
+                                             "float32": {"selu_vectorized": 45.0}}}}
+    rows = [{"dtype": "bfloat16", "variant": "aligned x[:n]", "median_ms": 1.5},
+            {"dtype": "bfloat16", "variant": "x[1:n+1] (fresh out)", "median_ms": 1.62},
+            {"dtype": "float16", "variant": "aligned x[:n]", "median_ms": 1.5}]
+    text = every_gpu.misaligned_issue_lines(instructions, {"h200": {"rows": rows}})
+    assert text == ("H200 bfloat16: x[1:] into a fresh result issues 22.0 instructions per element against the "
+                    "aligned loop's 20.0 (1.100×), and takes 1.080× the aligned time")
+    assert "no count" in every_gpu.misaligned_issue_lines({}, {"h200": {"rows": rows}})
+
+
 def test_ncu_csv_gives_counts_per_element_and_how_busy_the_fp64_units_were():
     def row(i, kernel, metric, value):
         return f'"{i}","{kernel}","{metric}","{value}"'
@@ -61,6 +73,13 @@ def test_ncu_csv_gives_counts_per_element_and_how_busy_the_fp64_units_were():
                       row(3, "void at::distribution_kernel<float>", every_gpu.INSTRUCTIONS_METRIC, "1")])
     found = every_gpu.read_ncu_csv(text, ("float64",))
     assert found["per_element"] == {"float64": {"torch.selu": 76.5, "selu_vectorized": 86.1}}
+    realigned = "void selu_course::<unnamed>::selu_vectorized_kernel<c10::BFloat16, 8, 0, 0>(const T1 *, T1 *, long)"
+    aligned = realigned.replace("8, 0, 0>", "8, 0, 1>")
+    halves = "\n".join(['"ID","Kernel Name","Metric Name","Metric Value"',
+                        row(1, aligned, every_gpu.INSTRUCTIONS_METRIC, "11,149,312"),
+                        row(2, realigned, every_gpu.INSTRUCTIONS_METRIC, "12,009,505")])
+    assert every_gpu.read_ncu_csv(halves, ("bfloat16",))["per_element"] == {
+        "bfloat16": {"selu_vectorized": 21.3, every_gpu.MISALIGNED_KERNEL: 22.9}}
     assert found["fp64_pipe_busy_pct"] == {"torch.selu": 38.2, "selu_vectorized": 36.9}
     assert every_gpu.read_ncu_csv("==ERROR== no kernels were profiled", ("float64",)) is None
 

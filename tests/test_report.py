@@ -223,6 +223,21 @@ def test_measure_curve_rounds_takes_turns_at_every_size():
     assert set(report.rounds_against_eager(table)) == {2**10, 2**11}
 
 
+def test_the_sweep_times_every_point_in_the_curve_window(monkeypatch):
+    windows = []
+
+    def fake_time_fn(fn, *, device=None, window_ms=(bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS)):
+        windows.append(tuple(window_ms))
+        return bench.Timing(1.0, 1.0, 1.0, None, "fake")
+
+    monkeypatch.setattr(bench, "time_fn", fake_time_fn)
+    monkeypatch.setattr(report, "curve_variants", lambda device=None: {"torch_eager": torch.selu})
+    records = report.measure_curve("cpu", max_log2=13)
+    assert windows and set(windows) == {tuple(report.CURVE_WINDOW_MS)}
+    assert len(windows) == len(records)  # the copy and the variant, at every size
+    assert report.CURVE_WINDOW_MS[1] < bench.DO_BENCH_REP_MS
+
+
 def test_measure_curve_rounds_refuses_no_rounds():
     with pytest.raises(ValueError, match="at least one round"):
         report.measure_curve_rounds("cpu", rounds=0)

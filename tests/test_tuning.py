@@ -115,3 +115,21 @@ def test_set_launch_config_refuses_bad_values():
         assert torch.equal(ops.selu_vectorized(x), torch.selu(x))
     finally:
         ops.set_launch_config("cuda", torch.float32, *before)
+
+
+def test_the_first_pass_ranks_in_a_short_window_and_the_rounds_take_the_full_one(monkeypatch):
+    windows = []
+
+    def fake_time_fn(fn, *, device=None, window_ms=(bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS)):
+        windows.append(tuple(window_ms))
+        return bench.Timing(1.0, 1.0, 1.0, None, "fake")
+
+    monkeypatch.setattr(bench, "time_fn", fake_time_fn)
+    tuning._time_candidates(torch.empty(16))
+    full, first = (bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS), tuple(tuning.FIRST_PASS_WINDOW_MS)
+    count = len(tuning.candidates())
+    assert windows[1:1 + count] == [first] * count  # after the first copy: every candidate once
+    rounds = windows[:1] + windows[1 + count:]
+    # The first copy, then every round: its copy and the finalists (the default among them).
+    assert set(rounds) == {full} and len(rounds) >= 1 + tuning.ROUNDS * (1 + tuning.FINALISTS)
+    assert first[0] < full[0] and first[1] < full[1]
