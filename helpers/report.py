@@ -718,12 +718,13 @@ def curve_rounds() -> tuple[dict | None, str]:
 
 
 def rounds_against_eager(table: dict | None) -> dict[int, tuple[float, list[float]]]:
-    """Per size of a :func:`measure_curve_rounds` table: the ratio of throughputs, kernel /
-    eager, from the mean of each one's round medians, and every round's own ratio."""
+    """Per size of a :func:`measure_curve_rounds` table: every round's ratio of throughputs,
+    kernel / eager (eager's round median over the kernel's, timed one after the other), and
+    the median of those ratios, which one disturbed round cannot move far."""
     found = {}
     for row in (table or {}).get("rows", []):
-        ours, eager = row["selu_vectorized_ms"], row["torch_eager_ms"]
-        found[row["numel"]] = (statistics.mean(eager) / statistics.mean(ours), [e / o for e, o in zip(eager, ours)])
+        ratios = [e / o for e, o in zip(row["torch_eager_ms"], row["selu_vectorized_ms"])]
+        found[row["numel"]] = (statistics.median(ratios), ratios)
     return found
 
 
@@ -782,7 +783,7 @@ def curve_verdict(records, rounds_table: dict | None = None, smallest: int = CUR
         return f"{where}: no selu_vectorized and torch_eager records from {smallest:,} elements up"
     ratio, numel = found
     rounds = rounds_against_eager(rounds_table).get(numel)
-    how = (f"; the mean of {len(rounds[1])} rounds, whose own ratios span {min(rounds[1]):.3f}–{max(rounds[1]):.3f}"
+    how = (f"; the median of {len(rounds[1])} rounds' ratios, which span {min(rounds[1]):.3f}–{max(rounds[1]):.3f}"
            if rounds else "")
     return (f"{where}: vectorized / eager throughput from 2^{smallest.bit_length() - 1} up is at least {ratio:.3f} "
             f"(at {numel:,} elements{how}); goal ≥ {goal}: {'PASS' if ratio >= goal else 'MISS'}")
