@@ -26,8 +26,10 @@ which cheat it catches:
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.util
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -73,9 +75,13 @@ VIEW_SHAPE = (33, 1027)
 # work on a stream of its own returns before it is done; the caller's stream is then
 # idle while the device is not. Idle means an empty torch.cuda.synchronize(), tens of
 # microseconds: busy beyond STREAM_BUSY_MS after the caller's stream is done is work
-# on another stream.
+# on another stream. Host work can stretch a reading (honest answers have read 0.21 and
+# 0.25 ms inside the harness, against 11-70 us alone), while work left on another stream
+# is there every time: the check reads with the garbage collector off, and takes the least
+# of up to STREAM_CHECK_TRIES calls.
 STREAM_CHECK_BYTES = 2 * 2**30
 STREAM_BUSY_MS = 0.2
+STREAM_CHECK_TRIES = 3
 # Narrower dtypes an answer might compute in and cast back from, narrowest first.
 NARROWER = (torch.bfloat16, torch.float16, torch.float32)
 # The clocks a benchmark reads: (module path, attribute path). triton only where importable.
@@ -257,31 +263,51 @@ def _raised(where: str, error: Exception) -> str:
     return f"{where}: {type(error).__name__}: {lines[0] if lines else ''}"
 
 
+@contextlib.contextmanager
+def _no_garbage_collection() -> Iterator[None]:
+    """Python's garbage collector off for the block (and back as it was)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _stream_check(model_new, dtype: torch.dtype, device: torch.device, seed: int,
                   found: Callable[[str, str], None]) -> None:
     """Whether the device is still busy once the caller's stream is done with ``model_new(x)``
-    on one :data:`STREAM_CHECK_BYTES` input (reported to ``found``)."""
+    on one :data:`STREAM_CHECK_BYTES` input, in each of up to :data:`STREAM_CHECK_TRIES` calls
+    (reported to ``found`` when the least of them is over :data:`STREAM_BUSY_MS`)."""
     numel = STREAM_CHECK_BYTES // dtype.itemsize
     # Drawn on the GPU: a billion normal numbers take seconds on the CPU.
     generator = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(numel, generator=generator, device=device, dtype=torch.float32).to(dtype)
     where = f"normal ({numel:,},) stream check"
     torch.cuda.synchronize(device)
+    busy_ms, tries = math.inf, 0
     try:
         with _watched_timers(found, where):
-            y = model_new(x)
-            torch.cuda.current_stream(device).synchronize()
-            start = _clock()
-            torch.cuda.synchronize(device)
-            busy_ms = (_clock() - start) * 1e3
+            while tries < STREAM_CHECK_TRIES and busy_ms > STREAM_BUSY_MS:
+                y = model_new(x)
+                torch.cuda.current_stream(device).synchronize()
+                # No garbage collection inside the reading, as timeit does: the harness keeps every
+                # earlier output alive, and a collection there would be read as a busy device.
+                with _no_garbage_collection():
+                    start = _clock()
+                    torch.cuda.synchronize(device)
+                    busy_ms = min(busy_ms, (_clock() - start) * 1e3)
+                tries += 1
+                del y
     except Exception as error:  # an answer may raise anything: report it
         found(RAISED, _raised(where, error))
         return
-    del y, x
+    del x
     if busy_ms > STREAM_BUSY_MS:
-        found(OTHER_STREAM, f"{where}: the device stayed busy {busy_ms:.2f} ms after the caller's stream was done "
-                            f"(work left on another stream, unfinished when the caller reads the result; a "
-                            f"timing cheat)")
+        found(OTHER_STREAM, f"{where}: the device stayed busy at least {busy_ms:.2f} ms after the caller's stream "
+                            f"was done, in each of {tries} calls (work left on another stream, unfinished when the "
+                            f"caller reads the result; a timing cheat)")
 
 
 def evaluate(

@@ -302,6 +302,21 @@ def agreement_table(device=None, per_distribution: int = 1 << 18, seed: int = 0)
     return Markdown(f"*{device.type.upper()}: selu_course::selu_vectorized against torch.selu*\n\n" + "\n".join(lines))
 
 
+def launch_path(numel: int, address: int, element_size: int) -> str:
+    """The path the CUDA launcher takes for a contiguous ``x`` of ``numel`` elements that starts
+    ``address`` bytes past a 16-byte boundary, into a fresh (aligned) result: no head, since
+    the result is aligned; the vector loop; the elements it leaves to its tail."""
+    per_vector = VECTOR_BYTES // element_size
+    if address % element_size:
+        return "one element per thread (not even element-aligned)"
+    if address == 0:
+        return f"16-byte vectors + a tail of {numel % per_vector}"
+    if element_size == 2:  # realigned in registers, leaving one vector's worth of slack to the tail
+        vectors = (numel - per_vector) // per_vector if numel > per_vector else 0
+        return f"16-byte stores, x realigned in registers + a tail of {numel - vectors * per_vector}"
+    return f"16-byte stores, x read element by element + a tail of {numel % per_vector}"
+
+
 def views_table(device=None, dtypes=(torch.float32, torch.bfloat16), numel: int = 4096) -> Markdown:
     """Misaligned views and every tail length 1..17: the address each view starts at,
     the path the CUDA launcher takes for it, and the agreement with ``torch.selu``."""
@@ -312,7 +327,7 @@ def views_table(device=None, dtypes=(torch.float32, torch.bfloat16), numel: int 
         step = VECTOR_BYTES // x.element_size()
         for name, view in [("x", x), ("x[1:]", x[1:]), ("x[3:]", x[3:]), (f"x[{step}:]", x[step:])]:
             address = view.data_ptr() % VECTOR_BYTES
-            path = f"16-byte vectors + a tail of {view.numel() % step}" if address == 0 else "scalar fallback"
+            path = launch_path(view.numel(), address, view.element_size())
             match = check.agreement(ops.selu_vectorized(view), torch.selu(view))
             rows.append((dtype_name(dtype), f"`{name}`", f"{view.numel():,}", address, path,
                          f"{match.identical_pct:.2f}%, max {match.max_ulp} ulp"))

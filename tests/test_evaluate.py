@@ -191,3 +191,49 @@ def test_the_side_stream_cheat_fools_only_the_naive_timer():
     assert not evaluate.row_flags(table, rows["SideStream"]), rows["SideStream"]
     assert evaluate.row_flags(table, rows["SideStream"], "naive"), rows["SideStream"]
     assert not evaluate.row_flags(table, rows["ModelNew"]), rows["ModelNew"]  # an honest answer is not flagged
+
+
+class _FakeStream:
+    def synchronize(self):
+        pass
+
+
+def _stream_check_with_device_waits(monkeypatch, waits_ms):
+    """evaluate._stream_check on the CPU, with a device whose torch.cuda.synchronize() takes
+    each of ``waits_ms`` in turn (after the first, which only settles the device)."""
+    now, waits = [0.0], iter([0.0, *waits_ms])
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: now.__setitem__(0, now[0] + next(waits) / 1e3))
+    monkeypatch.setattr(evaluate, "_clock", lambda: now[0])
+    monkeypatch.setattr(evaluate, "STREAM_CHECK_BYTES", 4096)
+    calls, found = [], []
+    evaluate._stream_check(lambda x: calls.append(x) or x.clone(), torch.float32, torch.device("cpu"), 0,
+                           lambda kind, message: found.append((kind, message)))
+    return calls, found
+
+
+def test_the_stream_check_takes_the_least_of_its_tries(monkeypatch):
+    # One slow reading, as when the host runs something else for a moment: the next call is idle.
+    calls, found = _stream_check_with_device_waits(monkeypatch, [0.21, 0.01])
+    assert len(calls) == 2 and found == []
+    # Work left on another stream keeps the device busy after every call.
+    calls, found = _stream_check_with_device_waits(monkeypatch, [1.4, 1.3, 1.5])
+    assert len(calls) == evaluate.STREAM_CHECK_TRIES == 3
+    assert [kind for kind, _ in found] == [evaluate.OTHER_STREAM]
+    assert "at least 1.30 ms" in found[0][1] and "in each of 3 calls" in found[0][1]
+    # An idle device at once: one call.
+    calls, found = _stream_check_with_device_waits(monkeypatch, [0.01])
+    assert len(calls) == 1 and found == []
+
+
+def test_the_stream_check_reads_with_the_garbage_collector_off(monkeypatch):
+    import gc
+
+    states = []
+    monkeypatch.setattr(evaluate, "_clock", lambda: states.append(gc.isenabled()) or 0.0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(evaluate, "STREAM_CHECK_BYTES", 4096)
+    assert gc.isenabled()
+    evaluate._stream_check(lambda x: x.clone(), torch.float32, torch.device("cpu"), 0, lambda *a: None)
+    assert states == [False, False] and gc.isenabled()

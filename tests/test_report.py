@@ -451,7 +451,19 @@ def test_agreement_and_views_tables_on_the_cpu(kernels):
     agreement = str(report.agreement_table("cpu", per_distribution=1 << 10))
     assert agreement.count("same places") == 4
     views = str(report.views_table("cpu", numel=256))
-    assert views.count("scalar fallback") == 4 and views.count("16-byte vectors + a tail") == 4
+    assert views.count("x read element by element") == 2 and views.count("x realigned in registers") == 2
+    assert views.count("16-byte vectors + a tail") == 4 and "one element per thread" not in views
+
+
+def test_launch_path_follows_the_launcher():
+    assert report.launch_path(10, 0, 4) == "16-byte vectors + a tail of 2"
+    assert report.launch_path(10, 4, 4) == "16-byte stores, x read element by element + a tail of 2"
+    # fp16/bf16 realigned: one vector's worth is left to the tail, so that the chunk after the
+    # last vector's lies inside the tensor (vectorized_loops.cuh, kSlackElements)
+    assert report.launch_path(20, 2, 2) == "16-byte stores, x realigned in registers + a tail of 12"
+    assert report.launch_path(16, 6, 2) == "16-byte stores, x realigned in registers + a tail of 8"
+    assert report.launch_path(5, 2, 2) == "16-byte stores, x realigned in registers + a tail of 5"
+    assert report.launch_path(5, 1, 2) == "one element per thread (not even element-aligned)"
 
 
 def test_past_2_31_is_skipped_without_a_gpu():
