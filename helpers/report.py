@@ -690,10 +690,11 @@ def curve_variants(device=None) -> dict:
 
 def measure_curve(device=None, max_log2: int = CURVE_MAX_LOG2) -> list[dict]:
     """The fp32 sweep from 2^12 to 2^``max_log2`` elements (fewer sizes on a CPU), each point in
-    a ``CURVE_WINDOW_MS`` window; a size that does not fit in free GPU memory is skipped with a note. A progress bar only where
+    a ``CURVE_WINDOW_MS`` window, releasing memory only before a size that needs it; a size that
+    does not fit in free GPU memory is skipped with a note. A progress bar only where
     a person watches (:func:`helpers.env.interactive`)."""
     return bench.sweep(curve_variants(device), env.sweep_sizes(max_log2=max_log2), dtype=FLOAT32, device=device,
-                       window_ms=CURVE_WINDOW_MS)
+                       window_ms=CURVE_WINDOW_MS, release_each_size=False)
 
 
 def _power_of_two(n: int) -> bool:

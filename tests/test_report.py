@@ -233,18 +233,22 @@ def test_measure_curve_rounds_takes_turns_at_every_size():
 
 
 def test_the_sweep_times_every_point_in_the_curve_window(monkeypatch):
-    windows = []
+    windows, released = [], []
 
     def fake_time_fn(fn, *, device=None, window_ms=(bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS)):
         windows.append(tuple(window_ms))
         return bench.Timing(1.0, 1.0, 1.0, None, "fake")
 
     monkeypatch.setattr(bench, "time_fn", fake_time_fn)
+    monkeypatch.setattr(bench, "_release_memory", lambda device: released.append(device))
     monkeypatch.setattr(report, "curve_variants", lambda device=None: {"torch_eager": torch.selu})
     records = report.measure_curve("cpu", max_log2=13)
     assert windows and set(windows) == {tuple(report.CURVE_WINDOW_MS)}
     assert len(windows) == len(records)  # the copy and the variant, at every size
     assert report.CURVE_WINDOW_MS[1] < bench.DO_BENCH_REP_MS
+    assert released == []  # only before a size that does not fit otherwise, and on a CPU every size fits
+    bench.sweep({"torch_eager": torch.selu}, [2**10, 2**11], device="cpu")
+    assert len(released) == 2  # the default: before every size
 
 
 def test_measure_curve_rounds_refuses_no_rounds():
