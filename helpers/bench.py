@@ -108,6 +108,9 @@ def time_fn(fn: Callable[[], object], *, device: torch.device | str | None = Non
     (by default its usual 25 ms and 100 ms); ``torch.utils.benchmark`` when triton is
     not installed. CPU: ``torch.utils.benchmark.Timer.blocked_autorange``.
     """
+    if len(window_ms) != 2 or not all(ms > 0 for ms in window_ms):
+        raise ValueError(f"time_fn: window_ms is (warm-up ms, repetitions ms), both positive, got {window_ms!r}; "
+                         f"do_bench's own is ({DO_BENCH_WARMUP_MS}, {DO_BENCH_REP_MS}).")
     device = torch.device(device) if device is not None else env.default_device()
     if device.type == "cuda":
         try:
@@ -495,7 +498,9 @@ def sweep(
     bar = tqdm(list(sizes), desc=f"{op} {dtype_name(dtype)}", unit="size", disable=not progress, mininterval=2.0)
     for numel in bar:
         bar.set_postfix_str(f"{numel:,} elements", refresh=False)
-        fits = lambda: device.type != "cuda" or env.fits_on_gpu(numel, dtype, tensors=reads + writes)  # noqa: E731
+        def fits() -> bool:
+            return device.type != "cuda" or env.fits_on_gpu(numel, dtype, tensors=reads + writes)
+
         if release_each_size or not fits():
             _release_memory(device)
         if not fits():

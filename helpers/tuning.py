@@ -130,12 +130,11 @@ def _time_candidates(x: torch.Tensor) -> tuple[float, dict, dict, list[float]]:
     def copy_ms() -> float:
         return bench.time_fn(lambda: out.copy_(x), device=x.device).median_ms
 
-    def time_ms(config, window_ms=(bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS)) -> float:
-        return bench.time_fn(lambda: ops.selu_vectorized_with_config(x, *config), device=x.device,
-                             window_ms=window_ms).median_ms
+    def time_ms(config, **window) -> float:  # window: time_fn's window_ms, its default where not given
+        return bench.time_fn(lambda: ops.selu_vectorized_with_config(x, *config), device=x.device, **window).median_ms
 
     first_copy_ms = copy_ms()
-    times = {config: time_ms(config, FIRST_PASS_WINDOW_MS) for config in candidates()}
+    times = {config: time_ms(config, window_ms=FIRST_PASS_WINDOW_MS) for config in candidates()}
     finalists = list(dict.fromkeys([*sorted(times, key=times.get)[:FINALISTS], DEFAULT_CONFIG]))
     rounds, round_copies = {config: [] for config in finalists}, []
     for _ in range(ROUNDS):

@@ -118,3 +118,9 @@ def test_the_twin_has_a_cache_of_its_own():
 def test_l2_flush_takes_gpu_time():
     flush = host.l2_flush_us()
     assert flush is None or flush > 1.0
+
+
+@pytest.mark.parametrize("window_ms", [(0, 100), (25, -1), (25,)], ids=str)
+def test_time_fn_refuses_a_window_that_is_not_two_positive_lengths(window_ms):
+    with pytest.raises(ValueError, match="window_ms is \\(warm-up ms, repetitions ms\\), both positive"):
+        bench.time_fn(lambda: None, device="cpu", window_ms=window_ms)
