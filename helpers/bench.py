@@ -81,11 +81,14 @@ class Variant:
     records ``variant="selu_vectorized"`` and the configuration as a field: one
     kernel under several configurations stays one variant. A plain function in
     :func:`measure`'s dict is a variant named by its key, with no configuration.
+    ``experiment`` names the measurement a record belongs to where another one times
+    the same variant and configuration: each keeps its own record (:func:`helpers.results.save`).
     """
 
     fn: Callable[[torch.Tensor], torch.Tensor]
     name: str
     config: dict | None = None
+    experiment: str | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)
@@ -279,10 +282,10 @@ def new_run() -> str:
 
 
 def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timing, device: torch.device,
-            run: str, config: dict | None = None) -> dict:
+            run: str, config: dict | None = None, experiment: str | None = None) -> dict:
     reads, writes = TENSORS_READ_WRITTEN[op]
     nbytes = bytes_moved(numel, dtype, reads, writes)
-    return {
+    record = {
         "variant": variant,
         "op": op,
         "dtype": dtype_name(dtype),
@@ -305,6 +308,9 @@ def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timin
         "run": run,
         "config": config,
     }
+    if experiment:  # only where one is named: every other record keeps its fields
+        record["experiment"] = experiment
+    return record
 
 
 # --------------------------------------------------------------------------- measuring
@@ -352,8 +358,8 @@ def measure(
     for label, fn in variants.items():
         # Each call's output is dropped before the next call, so at most one lives at a time.
         timing = time_fn(lambda fn=fn: fn(x), device=device, window_ms=window_ms)
-        name, config = (fn.name, fn.config) if isinstance(fn, Variant) else (label, None)
-        records.append(_record(name, op, dtype, numel, timing, device, run, config))
+        name, config, experiment = (fn.name, fn.config, fn.experiment) if isinstance(fn, Variant) else (label, None, None)
+        records.append(_record(name, op, dtype, numel, timing, device, run, config, experiment))
     return records
 
 
@@ -408,6 +414,24 @@ def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor 
         assert all(run[i]["variant"] == record["variant"] for run in runs)  # measure keeps the order
         record["repeat_medians_ms"] = [float(f"{run[i]['median_ms']:.6g}") for run in runs]
     return first
+
+
+def take_turns(fns: dict, rounds: int, *, device: torch.device | str | None = None,
+               window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS)) -> dict[object, list[float]]:
+    """Each of ``fns`` (key: a function of no arguments) timed by :func:`time_fn` once a round,
+    in turn, for ``rounds`` rounds; every key's median (ms) of every round, in round order.
+
+    On a GPU at its board power limit the clock moves from one second to the next, and
+    every kernel's time with it. Timed in turn, such a change weighs on every function
+    alike, and one function's time can be read against another's of the same round.
+    """
+    if rounds < 1:
+        raise ValueError(f"take_turns: needs at least one round, got rounds={rounds}")
+    times = {key: [] for key in fns}
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            times[key].append(time_fn(fn, device=device, window_ms=window_ms).median_ms)
+    return times
 
 
 PROBE_CALLS = 10  # per_call_us's first block, which sizes the others

@@ -5,6 +5,7 @@ GPUs side by side (``results/h100``, ``results/h200``). A table says which it sh
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -448,10 +449,8 @@ def measure_misaligned(device=None) -> dict:
             fn(x)
         torch.cuda.synchronize(device)
         # Taking turns, so that a change of clock (section 7) weighs on every variant alike.
-        rounds = {name: [] for name in variants}
-        for _ in range(MISALIGNED_ROUNDS):
-            for name, fn in variants.items():
-                rounds[name].append(bench.time_fn(lambda fn=fn: fn(x), device=device).median_ms)
+        rounds = bench.take_turns({name: functools.partial(fn, x) for name, fn in variants.items()},
+                                  MISALIGNED_ROUNDS, device=device)
         for name, times in rounds.items():
             table["rows"].append({"dtype": dtype, "numel": numel, "variant": name,
                                   "median_ms": statistics.median(times), "rounds_ms": times})

@@ -19,6 +19,7 @@ printed), so a test can read what a notebook shows.
 """
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from concurrent.futures import ThreadPoolExecutor
@@ -219,6 +220,7 @@ def littles_law(records, latency_s: float = demos.DRAM_LATENCY_S) -> str:
 # kernel at 256 threads x 1 vector, and four times its load instructions.
 UNROLLED = (1, 2, 4, 8)
 CONTROL_LAUNCH = bench.launch_config(256, 1, 0)  # the naive kernel's 256 threads, one 16-byte vector
+CONTROL_EXPERIMENT = "control"
 
 
 def unrolled_variant(elements_per_thread: int) -> str:
@@ -228,7 +230,9 @@ def unrolled_variant(elements_per_thread: int) -> str:
 def control_variants() -> dict:
     """selu_naive_unrolled at every :data:`UNROLLED`, and selu_vectorized at :data:`CONTROL_LAUNCH`."""
     variants: dict = {unrolled_variant(k): (lambda x, k=k: ops.selu_naive_unrolled(x, k)) for k in UNROLLED}
-    variants["vectorized"] = bench.Variant(_with_config(CONTROL_LAUNCH), "selu_vectorized", CONTROL_LAUNCH)
+    # Section 5's sweep times the same launch: "control" keeps this run's record apart from it.
+    variants["vectorized"] = bench.Variant(_with_config(CONTROL_LAUNCH), "selu_vectorized", CONTROL_LAUNCH,
+                                           experiment=CONTROL_EXPERIMENT)
     return variants
 
 
@@ -246,7 +250,7 @@ def control() -> results.Records:
                                                                    "selu_vectorized"],
                                         dtype=FLOAT32, numel=env.REFERENCE_NUMEL)
     # One run: the one that timed the unrolled kernels (section 5's sweep has a record of
-    # the same launch too, from another run).
+    # the same launch too, from another run, kept apart by the control's experiment field).
     runs = [r.get("run") for r in records if r["variant"] == unrolled_variant(UNROLLED[0])]
     return _keep(records, lambda r: r.get("run") == (runs[-1] if runs else None) and
                  (r["variant"] != "selu_vectorized" or r.get("config") == CONTROL_LAUNCH))
@@ -715,16 +719,11 @@ def measure_curve_rounds(device=None, rounds: int = CURVE_ROUNDS, smallest: int 
     variants = {"selu_vectorized": ops.selu_vectorized, "torch_eager": torch.selu}
     sizes = [1 << k for k in range(smallest.bit_length() - 1, largest.bit_length())]
     inputs = {numel: bench.random_input(numel, FLOAT32, device, seed=11) for numel in sizes}
-    times = {numel: {name: [] for name in variants} for numel in sizes}
-    for _ in range(rounds):
-        for numel, x in inputs.items():
-            for name, fn in variants.items():
-                timing = bench.time_fn(lambda fn=fn: fn(x), device=device, window_ms=window_ms)
-                times[numel][name].append(timing.median_ms)
+    times = bench.take_turns({(numel, name): functools.partial(fn, x) for numel, x in inputs.items()
+                              for name, fn in variants.items()}, rounds, device=device, window_ms=window_ms)
     return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "torch": torch.__version__,
             "dtype": "float32", "rounds": rounds, "window_ms": list(window_ms),
-            "rows": [{"numel": numel, **{f"{name}_ms": ms for name, ms in by_variant.items()}}
-                     for numel, by_variant in times.items()]}
+            "rows": [{"numel": numel, **{f"{name}_ms": times[numel, name] for name in variants}} for numel in sizes]}
 
 
 def curve_rounds() -> tuple[dict | None, str]:

@@ -95,12 +95,14 @@ ENTRY = "entry"  # prebuild's name for the C++ entry (helpers.build.load_entry)
 PREBUILT_ENV_VAR = "HELPERS_PREBUILT"  # set by make reproduce, which builds everything before the notebooks
 
 
-def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None) -> dict[str, str]:
+def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
+             done_after_s: dict[str, float] | None = None) -> dict[str, str]:
     """Build ``kernels`` (names of helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`;
     by default every kernel library), and run the build cells of ``notebook_paths``
     (:func:`build_cell_jobs`), each in a process of its own, all at once; returns the ones
     that failed, each with the last line its process wrote to stderr (a notebook that needs
-    one then reports the whole message)."""
+    one then reports the whole message). ``done_after_s``, if given, receives the seconds
+    after which each one was done (a library that is tuned on a GPU, its tuning included)."""
     from . import build
 
     libraries = (*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY)
@@ -126,17 +128,24 @@ def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = 
         # Each build runs ninja with this many jobs; together they fill the machine about once
         # (at least 2: an inline extension compiles its C++ and its CUDA file side by side).
         environment["MAX_JOBS"] = str(max(2, (os.cpu_count() or 2) // len(scripts)))
-        running = {}
+        running, started = {}, time.perf_counter()
         for number, (label, script) in enumerate(scripts.items()):
             # stderr to a file, not a pipe: a full pipe would stall a build until it is read.
             with open(Path(scratch) / f"{number}.stderr", "w") as stderr:
                 running[label] = (subprocess.Popen([sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment,
                                                    stdout=subprocess.DEVNULL, stderr=stderr), stderr.name)
-        failed = {}
-        for label, (process, stderr) in running.items():
-            if process.wait() != 0:
-                lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
-                failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
+        failed, done = {}, {}
+        while len(done) < len(running):
+            for label, (process, stderr) in running.items():
+                if label in done or process.poll() is None:
+                    continue
+                done[label] = time.perf_counter() - started
+                if process.returncode != 0:
+                    lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
+                    failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
+            time.sleep(0.1)
+        if done_after_s is not None:
+            done_after_s.update(done)
         return failed
 
 
@@ -149,10 +158,11 @@ def build_ahead(notebook: str, kernels: tuple[str, ...] = ()) -> str:
     everything already, it does nothing."""
     if os.environ.get(PREBUILT_ENV_VAR):
         return "built ahead by make reproduce"
-    started = time.perf_counter()
-    failed = prebuild([env.NOTEBOOKS_DIR / notebook], kernels=tuple(kernels))
+    started, done_after_s = time.perf_counter(), {}
+    failed = prebuild([env.NOTEBOOKS_DIR / notebook], kernels=tuple(kernels), done_after_s=done_after_s)
     line = f"{len(kernels)} kernel libraries and the build cells of {notebook}, built at once in " \
-           f"{time.perf_counter() - started:.0f} s"
+           f"{time.perf_counter() - started:.0f} s; each done after: " \
+           + ", ".join(f"{label} {seconds:.0f} s" for label, seconds in sorted(done_after_s.items(), key=lambda i: -i[1]))
     if failed:
         line += "; failed: " + "; ".join(f"{label} ({why[-200:]})" for label, why in failed.items())
     return line

@@ -28,7 +28,7 @@ from .bench import COPY, dtype_name
 
 RESULTS_ENV_VAR = "HELPERS_RESULTS_DIR"
 BENCHMARKS_FILE = "benchmarks.json"
-RECORD_KEY = ("variant", "config", "op", "dtype", "numel")
+RECORD_KEY = ("variant", "config", "op", "dtype", "numel", "experiment")  # experiment: see bench.Variant
 DERIVED_FIELDS = ("pct_of_copy",)  # computed on reading, never written
 SIGNIFICANT_DIGITS = 6  # far finer than run-to-run noise; keeps the JSON readable
 
@@ -79,7 +79,7 @@ def save(records: list[dict], slug: str | None = None) -> Path:
     """Merge ``records`` into ``results_dir()/<slug>/benchmarks.json``; its path.
 
     ``slug`` defaults to the records' ``device_slug`` (they must agree). Records
-    with the same (variant, op, dtype, numel) as a stored one replace it; all
+    with the same (variant, config, op, dtype, numel, experiment) as a stored one replace it; all
     other stored records are kept. The file is sorted and indented so that a
     re-measurement shows up as a readable diff, and written atomically (a
     temporary file renamed over it), so an interrupted save leaves the old file.

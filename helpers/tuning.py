@@ -24,7 +24,7 @@ or two, about what a median moves from run to run. On a GPU that runs at its boa
 limit (the H200 moving memory at full speed does, notebook 03b), the SM clock itself moves
 from one second to the next, and every kernel's time with it. So the fastest few of the
 first pass and the kernel's default launch are timed again, taking turns, :data:`ROUNDS`
-times, and each round times the copy too: a launch is judged by its time as a multiple
+times (:func:`helpers.bench.take_turns`), and each round times the copy too: a launch is judged by its time as a multiple
 of the copy of its own round, which moves with the clock as the kernel does. A finalist
 replaces the default only if its median round beats the default's best round.
 Otherwise the default stays, and the record says so.
@@ -55,9 +55,14 @@ VECTOR_BYTES = 16
 FINALISTS = 4  # the fastest of the first pass, timed again beside the default
 ROUNDS = 5
 # do_bench's warm-up and repetitions (ms) in the first pass, which only ranks the 24 launches
-# for the rounds to decide between the fastest (which take the full window): at the reference
-# size still 4 calls of fp64 and 12 of fp32 per median, and about 7 s less tuning in all.
+# for the rounds to decide between the fastest: at the reference size still 4 calls of fp64
+# and 12 of fp32 per median, and about 7 s less tuning in all than do_bench's own window.
 FIRST_PASS_WINDOW_MS = (10, 40)
+# ... and in the rounds, which take turns ROUNDS times: a round's median still holds several
+# calls of fp64 at the reference size, and every finalist is judged on its median round, as a
+# multiple of its round's copy. With both windows, tuning all four dtypes took about 16 s on
+# an H200.
+ROUNDS_WINDOW_MS = (10, 50)
 
 
 def candidates() -> list[tuple[int, int, int]]:
@@ -117,7 +122,7 @@ def tune(dtype: torch.dtype, device=None, numel: int | None = None) -> dict:
     best = choose(rounds, round_copies)
     return {"dtype": bench.dtype_name(dtype), "numel": numel, "copy_ms": copy_ms, "config": list(best),
             "label": _label(best), "kept_default": best == DEFAULT_CONFIG,
-            "first_pass_window_ms": list(FIRST_PASS_WINDOW_MS),
+            "first_pass_window_ms": list(FIRST_PASS_WINDOW_MS), "rounds_window_ms": list(ROUNDS_WINDOW_MS),
             "times_ms": {_key(c): ms for c, ms in times.items()},
             "rounds_ms": {_key(c): ms for c, ms in rounds.items()}, "rounds_copy_ms": round_copies}
 
@@ -127,20 +132,20 @@ def _time_candidates(x: torch.Tensor) -> tuple[float, dict, dict, list[float]]:
     copy's in every round (ms)."""
     out = torch.empty_like(x)
 
-    def copy_ms() -> float:
-        return bench.time_fn(lambda: out.copy_(x), device=x.device).median_ms
+    def copy() -> None:
+        out.copy_(x)
 
-    def time_ms(config, **window) -> float:  # window: time_fn's window_ms, its default where not given
-        return bench.time_fn(lambda: ops.selu_vectorized_with_config(x, *config), device=x.device, **window).median_ms
+    def launch(config):
+        return lambda: ops.selu_vectorized_with_config(x, *config)
 
-    first_copy_ms = copy_ms()
-    times = {config: time_ms(config, window_ms=FIRST_PASS_WINDOW_MS) for config in candidates()}
+    first_copy_ms = bench.time_fn(copy, device=x.device).median_ms
+    times = {config: bench.time_fn(launch(config), device=x.device, window_ms=FIRST_PASS_WINDOW_MS).median_ms
+             for config in candidates()}
     finalists = list(dict.fromkeys([*sorted(times, key=times.get)[:FINALISTS], DEFAULT_CONFIG]))
-    rounds, round_copies = {config: [] for config in finalists}, []
-    for _ in range(ROUNDS):
-        round_copies.append(copy_ms())
-        for config in finalists:
-            rounds[config].append(time_ms(config))
+    # Each round times the copy first, then every finalist.
+    rounds = bench.take_turns({bench.COPY: copy, **{config: launch(config) for config in finalists}}, ROUNDS,
+                              device=x.device, window_ms=ROUNDS_WINDOW_MS)
+    round_copies = rounds.pop(bench.COPY)
     return first_copy_ms, times, rounds, round_copies
 
 

@@ -108,6 +108,21 @@ def test_time_fn_on_cpu_uses_torch_benchmark_and_orders_its_statistics():
     assert timing.n >= 1
 
 
+def test_take_turns_times_each_function_once_a_round_in_turn(monkeypatch):
+    calls = []
+
+    def fake_time_fn(fn, *, device=None, window_ms=(bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS)):
+        calls.append((fn(), tuple(window_ms)))
+        return bench.Timing(float(len(calls)), 1.0, 1.0, None, "fake")
+
+    monkeypatch.setattr(bench, "time_fn", fake_time_fn)
+    times = bench.take_turns({"a": lambda: "a", ("b", 2): lambda: "b"}, 3, device="cpu", window_ms=(1, 2))
+    assert [name for name, _ in calls] == ["a", "b"] * 3 and {window for _, window in calls} == {(1, 2)}
+    assert times == {"a": [1.0, 3.0, 5.0], ("b", 2): [2.0, 4.0, 6.0]}  # each key's medians, round by round
+    with pytest.raises(ValueError, match="at least one round"):
+        bench.take_turns({"a": lambda: None}, 0)
+
+
 def test_time_fn_sees_that_ten_times_the_work_takes_longer():
     small, big = torch.randn(2**17), torch.randn(10 * 2**17)
     t_small = bench.time_fn(lambda: torch.selu(small), device="cpu")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import nbformat
 import pytest
@@ -47,11 +48,12 @@ def test_prebuild_builds_every_library(monkeypatch):
             if self.returncode:
                 options["stderr"].write("building...\nRuntimeError: Error building extension 'mistakes'\n\n")
 
-        def wait(self):
+        def poll(self):
             return self.returncode
 
     monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
-    failed = reproduce.prebuild(reproduce.notebooks(["02"]))
+    done_after_s = {}
+    failed = reproduce.prebuild(reproduce.notebooks(["02"]), done_after_s=done_after_s)
     scripts = [script for script, _ in started]
     assert any("build.load('selu_vectorized')" in s for s in scripts)
     assert any("build.load('selu_autograd')" in s for s in scripts)
@@ -59,6 +61,7 @@ def test_prebuild_builds_every_library(monkeypatch):
     assert sum("helpers.reproduce import execute" in s for s in scripts) == len(
         reproduce.build_cell_jobs(reproduce.notebooks(["02"])[0]))  # one process per build cell of notebook 02
     assert failed == {"mistakes": "RuntimeError: Error building extension 'mistakes'"}
+    assert len(done_after_s) == len(started) and "mistakes" in done_after_s  # every job, failed or not
     assert all(int(jobs) >= 2 for _, jobs in started)
 
 
@@ -68,15 +71,17 @@ def test_build_ahead_builds_what_a_notebook_names_and_its_build_cells(monkeypatc
     class Process:
         def __init__(self, command, **options):
             started.append(command[-1])
-            self.returncode = 0
+            self.returncode, self.polls_left = 0, 3 if "'mistakes'" in command[-1] else 0
 
-        def wait(self):
-            return self.returncode
+        def poll(self):  # the mistakes library is the last one done
+            self.polls_left -= 1
+            return None if self.polls_left >= 0 else self.returncode
 
     monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
     monkeypatch.delenv(reproduce.PREBUILT_ENV_VAR, raising=False)
     line = reproduce.build_ahead("02_first_cuda_kernel.ipynb", kernels=("selu_naive", "mistakes"))
     assert line.startswith("2 kernel libraries and the build cells of 02_first_cuda_kernel.ipynb, built at once")
+    assert re.search(r"each done after: mistakes \d+ s, ", line) and "selu_naive" in line  # the last done first
     libraries = [s for s in started if "build.load(" in s]
     assert sorted(libraries) == sorted(f"from helpers import build; build.load({k!r})" for k in ("selu_naive", "mistakes"))
     cells = reproduce.build_cell_jobs(env.NOTEBOOKS_DIR / "02_first_cuda_kernel.ipynb")

@@ -21,10 +21,10 @@ def results_in_tmp(monkeypatch, tmp_path):
 
 
 def record(variant, numel, median_ms, *, dtype="float32", op="forward", slug="h100", spread=0.1, run="run-1",
-           config=None):
+           config=None, experiment=None):
     """A record as bench.measure makes it, with a chosen time (q20/q80 +-spread)."""
     timing = bench.Timing(median_ms, median_ms * (1 - spread), median_ms * (1 + spread), 100, "test")
-    r = bench._record(variant, op, bench._as_dtype(dtype), numel, timing, torch.device("cpu"), run, config)
+    r = bench._record(variant, op, bench._as_dtype(dtype), numel, timing, torch.device("cpu"), run, config, experiment)
     r.update(device_slug=slug, device="Test GPU 80GB", date="2026-11-20")
     return r
 
@@ -77,6 +77,20 @@ def test_save_keys_on_the_launch_configuration_and_never_stores_a_ratio(tmp_path
     assert sorted((r["variant"], r["median_ms"]) for r in stored) == [("copy", 1.0), ("vec", 2.0), ("vec", 3.0)]
     assert all("pct_of_copy" not in r for r in stored)
     assert results.pct_of_copy(results.find(stored, "vec", config=two), stored) == pytest.approx(100 / 3)
+
+
+def test_save_keeps_apart_two_experiments_that_time_one_launch(tmp_path):
+    """Notebook 03's control and its launch sweep both time 256 threads x 1 vector: the sweep,
+    saved later, must not replace the control's record, or the control's run loses its row."""
+    launch = bench.launch_config(256, 1)
+    results.save([record("copy", 2**20, 1.0, run="control"),
+                  record("vec", 2**20, 2.0, config=launch, run="control", experiment="control")])
+    results.save([record("copy", 2**20, 1.1, run="sweep"), record("vec", 2**20, 2.5, config=launch, run="sweep")])
+    results.save([record("copy", 2**20, 1.2, run="sweep-2"), record("vec", 2**20, 2.4, config=launch, run="sweep-2")])
+    stored = sorted((r["run"], r.get("experiment"), r["median_ms"]) for r in results.load("h100") if r["variant"] == "vec")
+    assert stored == [("control", "control", 2.0), ("sweep-2", None, 2.4)]  # the sweep's own record is replaced
+    measured = bench.measure({"v": bench.Variant(torch.neg, "vec", launch, experiment="control")}, 2**10, device="cpu")
+    assert [r.get("experiment") for r in measured] == [None, "control"]  # the copy, then the variant
 
 
 def test_saved_file_is_sorted_and_stable(tmp_path):

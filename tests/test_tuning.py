@@ -117,7 +117,7 @@ def test_set_launch_config_refuses_bad_values():
         ops.set_launch_config("cuda", torch.float32, *before)
 
 
-def test_the_first_pass_ranks_in_a_short_window_and_the_rounds_take_the_full_one(monkeypatch):
+def test_the_first_pass_ranks_in_a_short_window_and_the_rounds_take_turns_in_theirs(monkeypatch):
     windows = []
 
     def fake_time_fn(fn, *, device=None, window_ms=(bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS)):
@@ -125,11 +125,13 @@ def test_the_first_pass_ranks_in_a_short_window_and_the_rounds_take_the_full_one
         return bench.Timing(1.0, 1.0, 1.0, None, "fake")
 
     monkeypatch.setattr(bench, "time_fn", fake_time_fn)
-    tuning._time_candidates(torch.empty(16))
+    copy_ms, times, rounds, round_copies = tuning._time_candidates(torch.empty(16))
     full, first = (bench.DO_BENCH_WARMUP_MS, bench.DO_BENCH_REP_MS), tuple(tuning.FIRST_PASS_WINDOW_MS)
     count = len(tuning.candidates())
-    assert windows[1:1 + count] == [first] * count  # after the first copy: every candidate once
-    rounds = windows[:1] + windows[1 + count:]
-    # The first copy, then every round: its copy and the finalists (the default among them).
-    assert set(rounds) == {full} and len(rounds) >= 1 + tuning.ROUNDS * (1 + tuning.FINALISTS)
-    assert first[0] < full[0] and first[1] < full[1]
+    assert windows[0] == full  # the first copy, which the tuning table's shares divide by
+    assert windows[1:1 + count] == [first] * count  # then every candidate once
+    # Then every round: its copy and the finalists (the default among them).
+    assert windows[1 + count:] == [tuple(tuning.ROUNDS_WINDOW_MS)] * (tuning.ROUNDS * (1 + len(rounds)))
+    assert len(round_copies) == tuning.ROUNDS and tuning.DEFAULT_CONFIG in rounds
+    assert all(len(ms) == tuning.ROUNDS for ms in rounds.values()) and bench.COPY not in rounds
+    assert first[0] < full[0] and first[1] < full[1] and tuning.ROUNDS_WINDOW_MS[1] < full[1]
