@@ -427,6 +427,10 @@ def test_control_table_reads_the_records():
     assert "| selu_vectorized (256 threads × 1 vectors, one-shot grid) | 16 B | 1 | 1,024 | 100.0% | – |" in table
     assert "128 threads" not in table
     assert "no records" in str(report.control_table(as_records([rec(COPY, REF, 4.0)])))
+    # A row the records lack is said, not dropped.
+    without_vectorized = str(report.control_table(as_records(rows[:-2])))
+    assert "| selu_vectorized (256 threads × 1 vectors, one-shot grid) | 16 B | 1 | 1,024 | no record of this run | – |" \
+        in without_vectorized and "| selu_naive_unrolled_x1 |" in without_vectorized
 
 
 def test_headline_measures_every_dtype_three_times_and_reports_the_goals(gpu_path, tmp_path):
