@@ -520,14 +520,14 @@ def sweep(
     if progress is None:
         progress = env.interactive()
     bar = tqdm(list(sizes), desc=f"{op} {dtype_name(dtype)}", unit="size", disable=not progress, mininterval=2.0)
+    def fits(numel: int) -> bool:
+        return device.type != "cuda" or env.fits_on_gpu(numel, dtype, tensors=reads + writes)
+
     for numel in bar:
         bar.set_postfix_str(f"{numel:,} elements", refresh=False)
-        def fits() -> bool:
-            return device.type != "cuda" or env.fits_on_gpu(numel, dtype, tensors=reads + writes)
-
-        if release_each_size or not fits():
+        if release_each_size or not fits(numel):
             _release_memory(device)
-        if not fits():
+        if not fits(numel):
             print(f"skipped {numel:,} elements: {reads + writes} tensors of them do not fit in free GPU memory")
             continue
         records += measure(variants, numel, dtype=dtype, device=device, op=op, include_copy=include_copy,

@@ -24,9 +24,10 @@ or two, about what a median moves from run to run. On a GPU that runs at its boa
 limit (the H200 moving memory at full speed does, notebook 03b), the SM clock itself moves
 from one second to the next, and every kernel's time with it. So the fastest few of the
 first pass and the kernel's default launch are timed again, taking turns, :data:`ROUNDS`
-times (:func:`helpers.bench.take_turns`), and each round times the copy too: a launch is judged by its time as a multiple
-of the copy of its own round, which moves with the clock as the kernel does. A finalist
-replaces the default only if its median round beats the default's best round.
+times (:func:`helpers.bench.take_turns`), and each round times the copy too: a launch is
+judged by its time as a multiple of the copy of its own round, which moves with the clock
+as the kernel does. A finalist replaces the default only if its median round beats the
+default's best round.
 Otherwise the default stays, and the record says so.
 """
 from __future__ import annotations
@@ -130,10 +131,7 @@ def tune(dtype: torch.dtype, device=None, numel: int | None = None) -> dict:
 def _time_candidates(x: torch.Tensor) -> tuple[float, dict, dict, list[float]]:
     """The copy's time on ``x``, every candidate's, the finalists' in every round, and the
     copy's in every round (ms)."""
-    out = torch.empty_like(x)
-
-    def copy() -> None:
-        out.copy_(x)
+    copy = bench.roofline_copy("forward", x)
 
     def launch(config):
         return lambda: ops.selu_vectorized_with_config(x, *config)
