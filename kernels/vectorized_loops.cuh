@@ -74,7 +74,7 @@ __device__ __forceinline__ Pack<T> load_pack(const T* input, int64_t i) {
 // the chunk must be in the same warp, so here each warp takes a run of
 // consecutive vectors (vector_index): at each step its lanes hold 32 consecutive
 // chunks, the chunk after lane 31's is lane 0's at the next step, and only the
-// chunk after the warp's whole run is loaded twice (by lane 31 at the last
+// chunk after the warp's whole run is loaded twice (for lane 31 at the last
 // step, and by the warp that owns it). So each byte is requested from memory
 // about once, as in the aligned kernel, where reading each vector as five 4-byte
 // words would request the same sectors up to five times over.
@@ -174,10 +174,12 @@ __device__ __forceinline__ uint4 realign(uint4 own, uint4 sent, uint4 after, boo
                     __funnelshift_r(window[3], window[4], realignment.shift));
 }
 
-// Step 2 of map_tiles for realigned inputs: the tile's vectors of every input,
+// Step 1 of map_tiles for realigned inputs: the tile's vectors of every input,
 // into packs. The shuffles need every lane of the warp, so this runs outside
-// the `i < num_vectors` test, on whatever a lane past the end holds.
-template <int WORDS, typename T, int VECTORS_PER_THREAD, int INPUTS>
+// the `i < num_vectors` test, on whatever a lane past the end holds. WHOLE:
+// the tile and the chunk after it lie inside the tensor (whole_realigned_tile),
+// so no load is tested.
+template <bool WHOLE, int WORDS, typename T, int VECTORS_PER_THREAD, int INPUTS>
 __device__ __forceinline__ void realigned_loads(Pack<T> (&packs)[INPUTS][VECTORS_PER_THREAD],
                                                 const T* (&inputs)[INPUTS], int64_t tile_start,
                                                 int64_t num_vectors) {
@@ -188,8 +190,10 @@ __device__ __forceinline__ void realigned_loads(Pack<T> (&packs)[INPUTS][VECTORS
   }
   const unsigned lane = threadIdx.x % 32;
   // All loads first, so that they are in flight together: chunks 0 to
-  // num_vectors (the last one is the chunk after the last vector's), and lane
-  // 31's chunk after the warp's run.
+  // num_vectors (the last one is the chunk after the last vector's), and the
+  // chunk after the warp's run, which lane 31 needs. Every lane loads that one,
+  // at the same address: one request for the warp, and fewer instructions
+  // than a load for lane 31 alone, which needs a test and zeros for the rest.
   uint4 own[INPUTS][VECTORS_PER_THREAD], after[INPUTS];
   const uint4 none = make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -197,14 +201,14 @@ __device__ __forceinline__ void realigned_loads(Pack<T> (&packs)[INPUTS][VECTORS
     const int64_t i = vector_index<true, VECTORS_PER_THREAD>(tile_start, v);
 #pragma unroll
     for (int k = 0; k < INPUTS; ++k) {
-      own[k][v] = i <= num_vectors ? __ldg(realignments[k].chunks + i) : none;
+      own[k][v] = (WHOLE || i <= num_vectors) ? __ldg(realignments[k].chunks + i) : none;
     }
   }
-  const int64_t after_run = vector_index<true, VECTORS_PER_THREAD>(tile_start, VECTORS_PER_THREAD - 1) + 1;
-  const bool loads_after = lane == 31 && after_run <= num_vectors;
+  // The vector at step VECTORS_PER_THREAD, less the lane: the run's end, the same in every lane.
+  const int64_t after_run = vector_index<true, VECTORS_PER_THREAD>(tile_start, VECTORS_PER_THREAD) - lane;
 #pragma unroll
   for (int k = 0; k < INPUTS; ++k) {
-    after[k] = loads_after ? __ldg(realignments[k].chunks + after_run) : none;
+    after[k] = (WHOLE || after_run <= num_vectors) ? __ldg(realignments[k].chunks + after_run) : none;
   }
 #pragma unroll
   for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
@@ -262,6 +266,26 @@ __device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std:
   }
 }
 
+// A tile of realigned inputs (fp16 or bf16 read from a misaligned view, region
+// realign; notebook 03b) that lies whole inside the tensor: its vectors, and
+// the chunk after its last, are all at most num_vectors. Every tile but the
+// last is one. So map_tiles' steps 1 and 2, without a bounds test: realigned
+// vectors cost more instructions than aligned ones, and where a GPU issues
+// instructions at the limit of its clock (the H200 in fp16 and bf16) each one
+// costs time.
+template <int WORDS, typename T, int VECTORS_PER_THREAD, typename Op, int INPUTS>
+__device__ __forceinline__ void whole_realigned_tile(Op op, typename VectorOf<T>::type* out_vectors,
+                                                     const T* (&inputs)[INPUTS], int64_t tile_start,
+                                                     int64_t num_vectors) {
+  Pack<T> packs[INPUTS][VECTORS_PER_THREAD];
+  realigned_loads<true, WORDS>(packs, inputs, tile_start, num_vectors);
+#pragma unroll
+  for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+    apply_to_vector<T>(op, packs, v, std::make_index_sequence<INPUTS>{});
+    out_vectors[vector_index<true, VECTORS_PER_THREAD>(tile_start, v)] = packs[0][v].vector;
+  }
+}
+
 // The roofline loop: out[k] = op(inputs[k]...) for k < numel, op taking and
 // returning the math type (apply).
 //
@@ -295,12 +319,18 @@ __device__ __forceinline__ void map_tiles(Op op, T* out, int64_t numel, const In
   const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
 
   for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
+    if constexpr (kRealigns<T, ALIGNED>) {
+      if (tile_start + tile <= num_vectors) {  // every tile but the last: no test needed
+        whole_realigned_tile<WORDS, T, VECTORS_PER_THREAD>(op, out_vectors, in_body, tile_start, num_vectors);
+        continue;
+      }
+    }
     Pack<T> packs[kInputs][VECTORS_PER_THREAD];
     // 1. Load. The loads do not depend on each other and nothing uses them yet,
     //    so all of them are in flight at once: the thread waits for memory once
     //    per tile, not once per vector.
     if constexpr (kRealigns<T, ALIGNED>) {
-      realigned_loads<WORDS>(packs, in_body, tile_start, num_vectors);
+      realigned_loads<false, WORDS>(packs, in_body, tile_start, num_vectors);
     } else {
 #pragma unroll
       for (int v = 0; v < VECTORS_PER_THREAD; ++v) {

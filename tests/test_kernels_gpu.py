@@ -141,6 +141,48 @@ def test_the_launch_in_use_and_the_default_compute_the_same(dtype):
         assert match.identical == x.numel(), f"{config}: {match}"
 
 
+def realigned_sizes(tile_vectors: int) -> tuple[int, ...]:
+    """Sizes of a misaligned fp16 or bf16 input (8 elements a vector) whose vector loop
+    (vectorized_loops.cuh: all but the 8 slack elements) ends three tiles in with the last
+    tile whole, one vector into a fourth tile, and one vector short of the third's end."""
+    slack, per_vector = 8, 8
+    return tuple(slack + (3 * tile_vectors + extra) * per_vector + tail
+                 for extra, tail in ((0, 0), (1, 5), (-1, 7)))
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=dtype_id)
+@pytest.mark.parametrize("offset", range(1, 8))  # every word offset (0-3), odd and even halves
+def test_realigned_input_in_whole_tiles_and_the_last(dtype, offset):
+    # x[offset:] into a fresh result is realigned in registers. Every tile but the last lies
+    # whole inside the tensor and takes a form of the loop with no bounds test
+    # (whole_realigned_tile); the last one tests each vector. The last tile whole, barely
+    # begun and one vector short, at every vectors per thread.
+    for vectors in VECTORS_PER_THREAD:
+        for threads in (64, 256):
+            for numel in realigned_sizes(threads * vectors):
+                x, expected = cached_case(dtype, numel, offset)
+                y = ops.selu_vectorized_with_config(x, threads, vectors, 0)
+                check.assert_close_ulps(y, expected, x, check.MAX_ULP[dtype])
+                match = check.agreement(y, torch.selu(x))
+                assert match.identical == numel, f"{numel} elements, {threads} x {vectors}: {match}"
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=dtype_id)
+@pytest.mark.parametrize("offsets", [(1, 0), (0, 3), (2, 5), (7, 7)])  # grad's and x's elements into a buffer
+def test_realigned_backward_in_whole_tiles_and_the_last(dtype, offsets):
+    # The backward kernel realigns each misaligned input with offsets known only at run time
+    # (one loop for all), 256 threads x 4 vectors a tile; the same three ends of the loop.
+    # Gradients as autograd passes them (standard normal), inputs with the check's special values.
+    build.load("selu_backward", backend="cuda")
+    for numel in realigned_sizes(256 * 4):
+        generator = torch.Generator().manual_seed(numel)
+        grad_buffer = torch.randn(numel + 8, generator=generator, dtype=torch.float64).to(dtype).to(CUDA)
+        x_buffer = check.harness_input(numel + 8, dtype=dtype, device=CUDA, seed=numel)
+        grad = grad_buffer[offsets[0]:offsets[0] + numel]
+        x = x_buffer[offsets[1]:offsets[1] + numel]
+        check.assert_selu_backward(ops.selu_backward(grad, x), "selu_backward", grad, x, x)
+
+
 # ---- launch mistakes (kernels/mistakes.cu) -----------------------------------------------------
 
 

@@ -118,12 +118,15 @@ def test_misaligned_input_is_read_narrower_and_written_by_vector(compiled, ctype
 # more 16-byte load, of the chunk after the warp's run (lane 31's). With one input
 # the kernel holds four copies of the loop, one per word offset 0 to 3, which
 # shuffle 1, 2, 3 and 4 words per vector; with several (the backward kernel's grad
-# and saved tensor) one loop shuffles all four words of each input.
+# and saved tensor) one loop shuffles all four words of each input. Each loop has
+# two forms of its tile: the whole tiles' (whole_realigned_tile), with no bounds
+# test, and the last tile's, which tests each vector.
 REALIGNED_KERNELS = [
     *[("selu_vectorized.cu", f"selu_vectorized_kernel<{{ctype}}, {v}, false, false>", 1, v) for v in VECTORS_PER_THREAD],
     *[("selu_vectorized.cu", f"copy_vectorized_kernel<{v}, false, false, {{ctype}}>", 1, v) for v in VECTORS_PER_THREAD],
     ("selu_backward.cu", "selu_backward_kernel<{ctype}, 4, false,", 2, 4),  # 4 vectors per thread, fixed
 ]
+TILE_FORMS = 2  # whole, and last
 
 
 @pytest.mark.parametrize("ctype", ["c10::Half", "c10::BFloat16"])
@@ -135,12 +138,28 @@ def test_misaligned_16_bit_input_is_realigned_in_registers(compiled, ctype, kern
     for name, body in selected.items():
         copies, shuffled_words = (4, 1 + 2 + 3 + 4) if inputs == 1 else (1, 4 * inputs)
         loads = nvcc.vector_loads(ptx, name)
-        assert loads == {"ld.global.nc.v4.u32": copies * (vectors + 1) * inputs}, (name, loads)
-        assert len(re.findall(r"\bshfl\.sync\.idx\.b32\b", body)) == shuffled_words * vectors, name
+        assert loads == {"ld.global.nc.v4.u32": TILE_FORMS * copies * (vectors + 1) * inputs}, (name, loads)
+        assert len(re.findall(r"\bshfl\.sync\.idx\.b32\b", body)) == TILE_FORMS * shuffled_words * vectors, name
         narrow = [op for op in re.findall(r"\bld\.global\.\S+", body) if ".v4." not in op]
         assert len(narrow) == copies * inputs, (name, narrow)  # each copy's tail, per input
-        assert sum(nvcc.vector_stores(ptx, name).values()) == copies * vectors, name
+        assert sum(nvcc.vector_stores(ptx, name).values()) == TILE_FORMS * copies * vectors, name
         assert ".local" not in body, name  # the word selection stays in registers
+
+
+@pytest.mark.parametrize("ctype", ["c10::Half", "c10::BFloat16"])
+@pytest.mark.parametrize("kernel_file, kernel_name, inputs, vectors", REALIGNED_KERNELS,
+                         ids=[name.split("<")[0] + f"-{v}" for _, name, _, v in REALIGNED_KERNELS])
+def test_whole_realigned_tiles_test_no_bounds(compiled, ctype, kernel_file, kernel_name, inputs, vectors):
+    # The whole tile's loads, all of them, lie in one basic block: none is tested. (The
+    # last tile's form branches around each of its loads; its stores, and those of an op
+    # with branches of its own, lie in blocks apart, so the stores are not counted here.)
+    ptx = ptx_of(compiled, kernel_file)
+    for name, body in nvcc._select(ptx, kernel_name.format(ctype=ctype)).items():
+        blocks = re.split(r"^\$L__\w+:\s*$", body, flags=re.MULTILINE)
+        untested = [block for block in blocks
+                    if len(re.findall(r"\bld\.global\.nc\.v4\.", block)) == (vectors + 1) * inputs]
+        copies = 4 if inputs == 1 else 1
+        assert len(untested) == copies, (name, len(untested))
 
 
 def test_roofline_kernels_fit_the_largest_block():
