@@ -173,7 +173,6 @@ def test_realigned_backward_in_whole_tiles_and_the_last(dtype, offsets):
     # The backward kernel realigns each misaligned input with offsets known only at run time
     # (one loop for all), 256 threads x 4 vectors a tile; the same three ends of the loop.
     # Gradients as autograd passes them (standard normal), inputs with the check's special values.
-    build.load("selu_backward", backend="cuda")
     for numel in realigned_sizes(256 * 4):
         generator = torch.Generator().manual_seed(numel)
         grad_buffer = torch.randn(numel + 8, generator=generator, dtype=torch.float64).to(dtype).to(CUDA)

@@ -127,16 +127,23 @@ REALIGNED_KERNELS = [
     ("selu_backward.cu", "selu_backward_kernel<{ctype}, 4, false,", 2, 4),  # 4 vectors per thread, fixed
 ]
 TILE_FORMS = 2  # whole, and last
+every_realigned_kernel = pytest.mark.parametrize(
+    "kernel_file, kernel_name, inputs, vectors", REALIGNED_KERNELS,
+    ids=[name.split("<")[0] + f"-{v}" for _, name, _, v in REALIGNED_KERNELS])
+
+
+def loop_copies(inputs: int) -> int:
+    """Copies of the realigning loop in a kernel: one per word offset with one input, one with several."""
+    return 4 if inputs == 1 else 1
 
 
 @pytest.mark.parametrize("ctype", ["c10::Half", "c10::BFloat16"])
-@pytest.mark.parametrize("kernel_file, kernel_name, inputs, vectors", REALIGNED_KERNELS,
-                         ids=[name.split("<")[0] + f"-{v}" for _, name, _, v in REALIGNED_KERNELS])
+@every_realigned_kernel
 def test_misaligned_16_bit_input_is_realigned_in_registers(compiled, ctype, kernel_file, kernel_name, inputs, vectors):
     ptx = ptx_of(compiled, kernel_file)
     selected = nvcc._select(ptx, kernel_name.format(ctype=ctype))
     for name, body in selected.items():
-        copies, shuffled_words = (4, 1 + 2 + 3 + 4) if inputs == 1 else (1, 4 * inputs)
+        copies, shuffled_words = loop_copies(inputs), (1 + 2 + 3 + 4 if inputs == 1 else 4 * inputs)
         loads = nvcc.vector_loads(ptx, name)
         assert loads == {"ld.global.nc.v4.u32": TILE_FORMS * copies * (vectors + 1) * inputs}, (name, loads)
         assert len(re.findall(r"\bshfl\.sync\.idx\.b32\b", body)) == TILE_FORMS * shuffled_words * vectors, name
@@ -147,8 +154,7 @@ def test_misaligned_16_bit_input_is_realigned_in_registers(compiled, ctype, kern
 
 
 @pytest.mark.parametrize("ctype", ["c10::Half", "c10::BFloat16"])
-@pytest.mark.parametrize("kernel_file, kernel_name, inputs, vectors", REALIGNED_KERNELS,
-                         ids=[name.split("<")[0] + f"-{v}" for _, name, _, v in REALIGNED_KERNELS])
+@every_realigned_kernel
 def test_whole_realigned_tiles_test_no_bounds(compiled, ctype, kernel_file, kernel_name, inputs, vectors):
     # The whole tile's loads, all of them, lie in one basic block: none is tested. (The
     # last tile's form branches around each of its loads; its stores, and those of an op
@@ -158,8 +164,7 @@ def test_whole_realigned_tiles_test_no_bounds(compiled, ctype, kernel_file, kern
         blocks = re.split(r"^\$L__\w+:\s*$", body, flags=re.MULTILINE)
         untested = [block for block in blocks
                     if len(re.findall(r"\bld\.global\.nc\.v4\.", block)) == (vectors + 1) * inputs]
-        copies = 4 if inputs == 1 else 1
-        assert len(untested) == copies, (name, len(untested))
+        assert len(untested) == loop_copies(inputs), (name, len(untested))
 
 
 def test_roofline_kernels_fit_the_largest_block():
