@@ -25,8 +25,14 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)
 
+# `make lab PORT=8890 BROWSER=no` picks the port and opens no browser (on a remote machine).
+# Kernels talk to the server over local sockets (IPC), not TCP: nothing leaves the machine,
+# and ipykernel prints no warning about unencrypted TCP.
+PORT ?= 8888
+BROWSER ?= yes
 lab: $(STAMP)
-	$(PY) -m jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(PY) -m jupyter lab --notebook-dir=notebooks --port=$(PORT) --KernelManager.transport=ipc --KernelManager.ip=$(CURDIR)/.build/kernel \
+	  $(if $(filter no,$(BROWSER)),--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Unit tests plus every notebook executed by nbmake. Records and figures that the
 # notebooks write go to a scratch folder, so a test run never edits results/.

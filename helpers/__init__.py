@@ -1,23 +1,20 @@
-"""Shared helpers for the SELU kernel notebooks.
+"""The shared core of the SELU kernel notebooks.
 
-Each notebook calls these in one line:
-
-* :mod:`helpers.env`     what this machine has, and the sizes to use on it
-* :mod:`helpers.ops`     the ``selu_course`` operators: schemas, fake kernels, autograd rules
-* :mod:`helpers.build`   compile a kernel of ``kernels/`` and register its CPU and CUDA implementations
-* :mod:`helpers.check`   correctness against a float64 reference, on inputs that catch bugs
-* :mod:`helpers.bench`   medians through a timing library, GB/s, the copy roofline
-* :mod:`helpers.plot`    throughput versus size, and % of roofline per variant
-* :mod:`helpers.results` benchmark records in ``results/<device>/benchmarks.json``
-* :mod:`helpers.nvcc`    compile a ``.cu`` file to PTX and read ptxas's report, no GPU needed
-* :mod:`helpers.demos`   notebook 02's live demonstrations (first-draft bugs, races, big tensors)
-* :mod:`helpers.report`  notebook 03's tables, measurements and goal report
-* :mod:`helpers.backward` notebook 04's derivative, backward checks, speed, memory and training run
-* :mod:`helpers.exercises` the check cells of the exercises
+* :mod:`helpers.env`       what this machine has, and the sizes to use on it
+* :mod:`helpers.schemas`   the ``selu_course`` operators' schemas, fake kernels and refusing autograd rules
+* :mod:`helpers.build`     compile a kernel of ``kernels/`` and register its CPU and CUDA implementations
+* :mod:`helpers.ops`       the operators from Python: autograd switches, the launch of selu_vectorized
+* :mod:`helpers.tuning`    measure selu_vectorized's launch on this GPU (``tuning.configure``)
+* :mod:`helpers.check`     correctness against a float64 reference, on inputs that catch bugs
+* :mod:`helpers.bench`     medians through a timing library, with the copy as the yardstick
+* :mod:`helpers.results`   benchmark records in ``results/<device>/``
+* :mod:`helpers.plot`      throughput versus size, and % of roofline per variant
+* :mod:`helpers.nvcc`      compile a ``.cu`` file to PTX and read ptxas's report, no GPU needed
 """
 from . import env  # noqa: F401  (cheap; the others import torch-heavy pieces lazily)
 
-__all__ = ["env", "ops", "build", "check", "bench", "plot", "results", "nvcc", "demos", "report", "backward", "exercises"]
+__all__ = ["env", "schemas", "build", "ops", "tuning", "check", "bench", "results", "plot", "nvcc", "reproduce",
+           "evaluate", "triton_selu"]
 
 
 def __getattr__(name):

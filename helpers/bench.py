@@ -1,19 +1,10 @@
 """Timing through a timing library, bytes and GB/s, and the copy roofline.
 
-SELU reads every element once and writes every element once, so its speed limit
-is not arithmetic but memory traffic: the fastest it can possibly run is the time
-a device-to-device copy of the same bytes takes. Every measurement here therefore
-times ``out.copy_(x)`` on the same input, in the same run; a variant's ratio to
-that copy is computed when the records are read (:mod:`helpers.results`), from
-the copy of the same run, and never stored.
-
->>> records = helpers.bench.measure({"torch_eager": torch.selu}, 2**24)  # doctest: +SKIP
->>> records = helpers.bench.sweep(helpers.bench.peers(), env.sweep_sizes())  # doctest: +SKIP
-
-Timings never come from a hand-rolled ``time.time()`` loop: on a GPU that would
-time the kernel *launch*, not the kernel. On CUDA they come from
-``triton.testing.do_bench`` (CUDA events, L2 flushed between calls), and from
-``torch.utils.benchmark`` where triton is missing and on the CPU.
+SELU moves every element once each way, so its speed limit is memory traffic: a copy of
+the same bytes, timed on the same input in the same run, is the yardstick of every
+measurement (its ratio is computed on reading, :mod:`helpers.results`). Times come from
+``triton.testing.do_bench`` on CUDA (events, L2 flushed) and ``torch.utils.benchmark``
+elsewhere, never from a ``time.time()`` loop, which on a GPU would time the launch.
 """
 from __future__ import annotations
 
@@ -49,9 +40,7 @@ DO_BENCH_REP_MS = 100
 CPU_MIN_RUN_TIME_S = 0.2
 CPU_MIN_RUN_TIME_CI_S = 0.05
 
-# torch.compile with static shapes compiles once per size; dynamo's default limit
-# (8 per function) would otherwise silently fall back to eager in a long sweep.
-COMPILE_RECOMPILE_LIMIT = 64
+COMPILE_RECOMPILE_LIMIT = 64  # sizes compiled per function (dynamo's default: 8); see compiled_selu
 
 METHOD_DO_BENCH = "triton.testing.do_bench"
 METHOD_TORCH_BENCHMARK = "torch.utils.benchmark"
@@ -59,12 +48,8 @@ METHOD_TORCH_BENCHMARK = "torch.utils.benchmark"
 
 @dataclass(frozen=True)
 class Timing:
-    """One function's time: the median and the 20th/80th percentiles, in ms.
-
-    ``n`` is the number of timed samples the statistics are taken over (for
-    ``torch.utils.benchmark`` each sample is a block of calls, averaged); it is
-    ``None`` where the timing library does not say.
-    """
+    """One function's time: the median and the 20th/80th percentiles, in ms, over ``n`` samples
+    (None where the timing library does not say)."""
 
     median_ms: float
     q20_ms: float
@@ -75,15 +60,9 @@ class Timing:
 
 @dataclass(frozen=True)
 class Variant:
-    """A function to time, under a record name, with the launch configuration it runs.
-
-    ``measure({"v1_t128": Variant(fn, "selu_vectorized", {"threads_per_block": 128, ...})}, n)``
-    records ``variant="selu_vectorized"`` and the configuration as a field: one
-    kernel under several configurations stays one variant. A plain function in
-    :func:`measure`'s dict is a variant named by its key, with no configuration.
-    ``experiment`` names the measurement a record belongs to where another one times
-    the same variant and configuration: each keeps its own record (:func:`helpers.results.save`).
-    """
+    """A function to time under the record name ``name`` with its launch ``config``: one kernel
+    under several configurations stays one variant. ``experiment`` keeps apart two measurements
+    of the same variant and configuration (:func:`helpers.results.save`)."""
 
     fn: Callable[[torch.Tensor], torch.Tensor]
     name: str
@@ -105,12 +84,8 @@ def launch_config(threads_per_block: int, vectors_per_thread: int, max_blocks_pe
 
 def time_fn(fn: Callable[[], object], *, device: torch.device | str | None = None,
             window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS)) -> Timing:
-    """Time ``fn()`` (no arguments) on ``device`` (default: where the course runs).
-
-    CUDA: ``triton.testing.do_bench`` with ``window_ms`` of warm-up and of repetitions
-    (by default its usual 25 ms and 100 ms); ``torch.utils.benchmark`` when triton is
-    not installed. CPU: ``torch.utils.benchmark.Timer.blocked_autorange``.
-    """
+    """Time ``fn()`` on ``device``: ``do_bench`` with ``window_ms`` of warm-up and of repetitions
+    on CUDA, ``torch.utils.benchmark`` where triton is missing and on the CPU."""
     if len(window_ms) != 2 or not all(ms > 0 for ms in window_ms):
         raise ValueError(f"time_fn: window_ms is (warm-up ms, repetitions ms), both positive, got {window_ms!r}; "
                          f"do_bench's own is ({DO_BENCH_WARMUP_MS}, {DO_BENCH_REP_MS}).")
@@ -127,11 +102,8 @@ def time_fn(fn: Callable[[], object], *, device: torch.device | str | None = Non
 
 @functools.lru_cache(maxsize=1)
 def _do_bench_returns_all() -> bool:
-    """Whether this triton's ``do_bench`` accepts ``return_mode="all"`` (triton 3.x).
-
-    Read from the source rather than found by trying: a failed try would be an
-    AssertionError, which a benchmarked function can raise too.
-    """
+    """Whether this triton's ``do_bench`` accepts ``return_mode="all"`` (triton 3.x): read from its
+    source, since a failed try is an AssertionError, which a benchmarked function can raise too."""
     from triton.testing import do_bench
 
     try:
@@ -149,13 +121,7 @@ def _time_do_bench(fn: Callable[[], object], warmup_ms: float = DO_BENCH_WARMUP_
         # Every sample back: the statistics and the sample count are then ours.
         times = do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
         return _timing_from_samples(np.asarray(times, dtype=float), n=len(times), method=METHOD_DO_BENCH)
-    median, q20, q80 = do_bench(
-        fn,
-        warmup=warmup_ms,
-        rep=rep_ms,
-        quantiles=[0.5, 0.2, 0.8],
-        return_mode="median",
-    )
+    median, q20, q80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8], return_mode="median")
     return Timing(float(median), float(q20), float(q80), None, METHOD_DO_BENCH)
 
 
@@ -205,8 +171,7 @@ def dtype_name(dtype: torch.dtype | str) -> str:
 
 
 def bytes_moved(numel: int, dtype: torch.dtype | str, reads: int = 1, writes: int = 1) -> int:
-    """Bytes an elementwise op must move: every element read ``reads`` times and
-    written ``writes`` times (1 and 1 for SELU's forward pass, and for a copy)."""
+    """Bytes an elementwise op moves: each element read ``reads`` and written ``writes`` times."""
     return int(numel) * _as_dtype(dtype).itemsize * (reads + writes)
 
 
@@ -217,9 +182,7 @@ def gbps(nbytes: int | float, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
 
 
-def roofline_ms(
-    numel: int, dtype: torch.dtype | str, bandwidth_gbps: float, reads: int = 1, writes: int = 1
-) -> float:
+def roofline_ms(numel: int, dtype: torch.dtype | str, bandwidth_gbps: float, reads: int = 1, writes: int = 1) -> float:
     """The fastest an op moving these bytes can run at ``bandwidth_gbps``, in ms."""
     return bytes_moved(numel, dtype, reads, writes) / (bandwidth_gbps * 1e9) * 1e3
 
@@ -227,28 +190,15 @@ def roofline_ms(
 # --------------------------------------------------------------------------- inputs
 
 
-def random_input(
-    numel: int,
-    dtype: torch.dtype | str = torch.float32,
-    device: torch.device | str | None = None,
-    seed: int | None = None,
-) -> torch.Tensor:
-    """A 1-D standard-normal tensor: both signs, so both branches of SELU run.
-
-    Drawn directly in ``dtype`` on ``device``, so a 6.4 GB input never needs a
-    float32 staging copy beside it. Not ``torch.rand``: values in [0, 1) would
-    never reach SELU's negative branch. Exact zeros (possible after rounding to a
-    16-bit type) are replaced, since a zero is the one input where a wrong
-    branch choice cannot show.
-    """
+def random_input(numel: int, dtype: torch.dtype | str = torch.float32, device: torch.device | str | None = None,
+                 seed: int | None = None) -> torch.Tensor:
+    """A 1-D standard-normal tensor, drawn in ``dtype`` on ``device`` (no float32 staging copy):
+    both signs, so both branches of SELU run, and no exact zero, where a wrong branch cannot show."""
     dtype = _as_dtype(dtype)
     if not dtype.is_floating_point:
         raise ValueError(f"SELU inputs are floating point, not {dtype}")
     device = torch.device(device) if device is not None else env.default_device()
-    generator = None
-    if seed is not None:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(seed)
+    generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(numel, dtype=dtype, device=device, generator=generator)
     # In chunks: a full-size boolean mask would cost numel more bytes.
     chunk = 1 << 24
@@ -276,38 +226,20 @@ def device_name(device: torch.device | str | None = None) -> str:
     return platform.processor() or "cpu"
 
 
-def new_run() -> str:
-    """An identifier for one run of measurements: its date and time, and a random suffix."""
-    return f"{datetime.datetime.now():%Y-%m-%dT%H:%M:%S}-{secrets.token_hex(3)}"
-
-
 def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timing, device: torch.device,
             run: str, config: dict | None = None, experiment: str | None = None) -> dict:
     reads, writes = TENSORS_READ_WRITTEN[op]
     nbytes = bytes_moved(numel, dtype, reads, writes)
     record = {
-        "variant": variant,
-        "op": op,
-        "dtype": dtype_name(dtype),
-        "numel": int(numel),
-        "bytes": nbytes,
-        "median_ms": timing.median_ms,
-        "q20_ms": timing.q20_ms,
-        "q80_ms": timing.q80_ms,
+        "variant": variant, "op": op, "dtype": dtype_name(dtype), "numel": int(numel), "bytes": nbytes,
+        "median_ms": timing.median_ms, "q20_ms": timing.q20_ms, "q80_ms": timing.q80_ms,
         "gbps": gbps(nbytes, timing.median_ms),
         # Percentiles of throughput: the 20th percentile of GB/s is the 80th of time.
-        "gbps_q20": gbps(nbytes, timing.q80_ms),
-        "gbps_q80": gbps(nbytes, timing.q20_ms),
-        "n": timing.n,
-        "method": timing.method,
-        "device": device_name(device),
-        "device_slug": env.device_slug(device),
-        "torch": torch.__version__,
-        "date": datetime.date.today().isoformat(),
-        # The measurements of one measure() call share a run: ratios are taken within it.
-        "run": run,
-        "config": config,
-    }
+        "gbps_q20": gbps(nbytes, timing.q80_ms), "gbps_q80": gbps(nbytes, timing.q20_ms),
+        "n": timing.n, "method": timing.method, "device": device_name(device), "device_slug": env.device_slug(device),
+        "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+        "run": run, "config": config,  # the records of one measure() call share a run: ratios are taken within it
+    }  # fmt: skip
     if experiment:  # only where one is named: every other record keeps its fields
         record["experiment"] = experiment
     return record
@@ -316,26 +248,13 @@ def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timin
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(
-    variants: dict[str, Callable[[torch.Tensor], torch.Tensor]],
-    numel: int,
-    *,
-    dtype: torch.dtype | str = torch.float32,
-    device: torch.device | str | None = None,
-    op: str = "forward",
-    include_copy: bool = True,
-    x: torch.Tensor | None = None,
-    window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS),
-) -> list[dict]:
-    """Time every variant on one fresh random input of ``numel`` elements, as one run.
-
-    With ``include_copy`` the copy roofline of ``op`` (:func:`roofline_copy`: for the
-    forward pass ``out.copy_(x)`` into a preallocated ``out``) is timed first, on the
-    same input. ``x`` replaces the random input
-    (its dtype and device then win). A value of ``variants`` is a function or a
-    :class:`Variant`. Returns one JSON-ready record per variant (see
-    :func:`_record`), all with the same ``run``. ``window_ms``: see :func:`time_fn`.
-    """
+def measure(variants: dict[str, Callable[[torch.Tensor], torch.Tensor]], numel: int, *,
+            dtype: torch.dtype | str = torch.float32, device: torch.device | str | None = None, op: str = "forward",
+            include_copy: bool = True, x: torch.Tensor | None = None,
+            window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS)) -> list[dict]:
+    """Time every variant (a function or a :class:`Variant`) on one random input of ``numel`` elements
+    (or on ``x``), as one run, after the copy roofline of ``op`` (:func:`roofline_copy`) on the same
+    input; one JSON-ready record per variant, all with the same ``run``."""
     if op not in TENSORS_READ_WRITTEN:
         raise ValueError(f"op must be one of {sorted(TENSORS_READ_WRITTEN)}, not {op!r}")
     if include_copy and COPY in variants:
@@ -346,7 +265,7 @@ def measure(
         raise ValueError(f"x has {x.numel()} elements, numel says {numel}")
     dtype, device = x.dtype, x.device
 
-    run = new_run()
+    run = f"{datetime.datetime.now():%Y-%m-%dT%H:%M:%S}-{secrets.token_hex(3)}"  # unique, and sorts by time
     records = []
     if include_copy:
         copy = roofline_copy(op, x)
@@ -358,20 +277,15 @@ def measure(
     for label, fn in variants.items():
         # Each call's output is dropped before the next call, so at most one lives at a time.
         timing = time_fn(lambda fn=fn: fn(x), device=device, window_ms=window_ms)
-        name, config, experiment = (fn.name, fn.config, fn.experiment) if isinstance(fn, Variant) else (label, None, None)
-        records.append(_record(name, op, dtype, numel, timing, device, run, config, experiment))
+        variant = fn if isinstance(fn, Variant) else Variant(fn, label)
+        records.append(_record(variant.name, op, dtype, numel, timing, device, run, variant.config, variant.experiment))
     return records
 
 
 def roofline_copy(op: str, x: torch.Tensor) -> Callable[[], object]:
-    """A function that moves exactly the bytes ``op`` must move, with torch's copy kernels:
-    the yardstick its records are divided by.
-
-    forward: ``out.copy_(x)``, one tensor read and one written. backward: ``out = x + other``,
-    two read and one written: the cheapest elementwise op with the backward's traffic
-    (an add costs no more than a copy on a GPU; both wait on memory). step: both, one after
-    the other. The buffers are allocated here, once, outside what is timed.
-    """
+    """A function that moves exactly the bytes ``op`` moves, with torch's kernels, buffers allocated
+    outside what is timed: ``out.copy_(x)`` forward; ``out = x + other`` backward, the cheapest op with
+    two reads and one write (an add waits on memory as a copy does); both for a step."""
     out = torch.empty_like(x)
     if op == "forward":
         return lambda: out.copy_(x)
@@ -386,19 +300,12 @@ def roofline_copy(op: str, x: torch.Tensor) -> Callable[[], object]:
 def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor | None = None,
                      dtype: torch.dtype | str = torch.float32, device=None, settle_runs: int = 0,
                      **options) -> list[dict]:
-    """:func:`measure` ``repeats`` times, back to back on one input (``options``: its
-    ``op`` and ``include_copy``), after ``settle_runs`` runs whose records are dropped.
+    """:func:`measure` ``repeats`` times on one input (``options``: its ``op`` and ``include_copy``),
+    after ``settle_runs`` dropped runs (for work that leaves the GPU busy after it returns).
 
-    A settling run is for a measurement that follows work which leaves the GPU busy
-    for a while after it returns: notebook 02 measures the copy running slower for a
-    moment after a large free (:func:`helpers.demos.copy_after_free`).
-
-    Returns the first run's records, so that every ratio (to the copy, one
-    variant against another) comes from one run; each record also carries
-    ``repeat_medians_ms``, its median time in every run. A claim that A is "not
-    slower than B" needs that spread beside it: a median moves from run to run
-    (clocks, the state of the memory system) by more than the 20-80% band within
-    one run shows. :func:`spread_ms` reads it back.
+    The first run's records, so that every ratio comes from one run, each with
+    ``repeat_medians_ms``: a median moves from run to run by more than one run's 20-80% band
+    shows, and a claim that A is not slower than B needs that spread beside it.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -418,13 +325,9 @@ def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor 
 
 def take_turns(fns: dict, rounds: int, *, device: torch.device | str | None = None,
                window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS)) -> dict[object, list[float]]:
-    """Each of ``fns`` (key: a function of no arguments) timed by :func:`time_fn` once a round,
-    in turn, for ``rounds`` rounds; every key's median (ms) of every round, in round order.
-
-    On a GPU at its board power limit the clock moves from one second to the next, and
-    every kernel's time with it. Timed in turn, such a change weighs on every function
-    alike, and one function's time can be read against another's of the same round.
-    """
+    """Each of ``fns`` (functions of no arguments) timed once a round, in turn: each key's medians (ms),
+    round by round. A GPU at its power limit moves its clock from second to second; timed in turn,
+    the change weighs on every function alike, so times of one round compare."""
     if rounds < 1:
         raise ValueError(f"take_turns: needs at least one round, got rounds={rounds}")
     times = {key: [] for key in fns}
@@ -438,95 +341,58 @@ PROBE_CALLS = 10  # per_call_us's first block, which sizes the others
 
 
 def per_call_us(fn: Callable[[], object], device: torch.device | str | None = None,
-                min_run_time_s: float = 0.1, block_s: float | None = None) -> float:
-    """Wall-clock time per call of ``fn()``, in microseconds: blocks of calls back to back,
-    the GPU synchronized only around each block, the median over the blocks (timed by
-    ``torch.utils.benchmark.Timer``).
+                min_run_time_s: float = 0.1, block_s: float = 0.02) -> float:
+    """Wall-clock µs per call of ``fn()``: the median over blocks of about ``block_s`` seconds of calls
+    back to back (at least three, ``min_run_time_s`` in all), the GPU synchronized only around a block.
 
-    Where a call costs the GPU less than the host (a small op), the GPU runs behind the
-    host and this is the host's cost of issuing a call: Python, the dispatcher, guards,
-    the launch. On a CPU the op runs inside the call, so it is the whole time.
-
-    How many calls make a block: by default ``blocked_autorange`` decides, growing the
-    block tenfold until the timer's own overhead is under 1/10,000 of it; on a GPU host
-    a block of 10 µs calls can then last 0.1 s and one of 45 µs calls 0.5 s, and finding
-    the size takes about as long again. With ``block_s``, one short block measures the
-    call first, and blocks of about ``block_s`` seconds follow, at least three and
-    ``min_run_time_s`` in all: the timer's overhead (a few µs) stays under a thousandth
-    of a 20 ms block, and a measurement takes ``min_run_time_s``, not up to ten times it.
+    Where the GPU's share of a call is smaller than the host's, this is the host's cost of a call
+    (Python, dispatcher, guards, launch). One short block sizes the others, where ``blocked_autorange``
+    would grow a block tenfold at a time (to half a second for a 45 µs call) and take as long again.
     """
     from torch.utils.benchmark import Timer
 
-    if block_s is not None and not block_s > 0:
+    if not block_s > 0:
         raise ValueError(f"per_call_us: block_s is the length of a block of calls in seconds and must be "
-                         f"positive, got {block_s}; pass None to let blocked_autorange choose the blocks.")
+                         f"positive, got {block_s}")
     device = torch.device(device) if device is not None else env.default_device()
     fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     timer = Timer(stmt="fn()", globals={"fn": fn})
-    if block_s is None:
-        return timer.blocked_autorange(min_run_time=min_run_time_s).median * 1e6
     first = timer.timeit(PROBE_CALLS).median
     calls = max(1, int(block_s / max(first, 1e-9)))
     blocks = max(3, math.ceil(min_run_time_s / block_s))
     return statistics.median(timer.timeit(calls).median for _ in range(blocks)) * 1e6
 
 
-def spread_ms(record: dict) -> float:
-    """Max minus min of a record's ``repeat_medians_ms`` (0.0 for a record of one run)."""
-    medians = record.get("repeat_medians_ms") or [record["median_ms"]]
-    return max(medians) - min(medians)
-
-
-def _release_memory(device: torch.device) -> None:
-    """Return cached blocks to the driver, so the next size's fit check sees them."""
-    gc.collect()  # a variant's closure may hold the last reference to a big tensor
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def sweep(
-    variants: dict[str, Callable[[torch.Tensor], torch.Tensor]],
-    sizes: Iterable[int],
-    *,
-    dtype: torch.dtype | str = torch.float32,
-    device: torch.device | str | None = None,
-    op: str = "forward",
-    include_copy: bool = True,
-    progress: bool | None = None,
-    window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS),
-    release_each_size: bool = True,
-) -> list[dict]:
-    """:func:`measure` at each size (with ``window_ms``), with a progress bar; the records of all sizes.
-
-    On a GPU, a size whose tensors (input, output, and for the backward pass the
-    incoming gradient) do not fit in free memory is skipped with a note. Before each
-    size the garbage collector runs and torch's cached blocks go back to the driver;
-    with ``release_each_size=False`` only before a size that does not fit otherwise
-    (a collection takes about 0.2 s once torch.compile is loaded).
-    ``progress`` defaults to :func:`helpers.env.interactive`: a bar while a person
-    watches, none in a headless run, whose saved notebook would otherwise keep
-    every redraw of the bar as output.
+def sweep(variants: dict[str, Callable[[torch.Tensor], torch.Tensor]], sizes: Iterable[int], *,
+          dtype: torch.dtype | str = torch.float32, device: torch.device | str | None = None, op: str = "forward",
+          include_copy: bool = True, window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS),
+          release_each_size: bool = True) -> list[dict]:
+    """:func:`measure` at each size; on a GPU a size whose tensors do not fit in free memory is skipped
+    with a note. Memory goes back to the driver before each size, or with ``release_each_size=False``
+    only before one that does not fit otherwise (a collection takes 0.2 s once torch.compile is loaded).
     """
-    # The plain-text bar: it needs no widget extension and reads the same in a
-    # terminal, in JupyterLab and in a committed notebook's output.
+    # The plain-text bar reads the same in a terminal, in JupyterLab and in saved output; none in a
+    # headless run, whose saved notebook would keep every redraw.
     from tqdm.std import tqdm
 
     device = torch.device(device) if device is not None else env.default_device()
     dtype = _as_dtype(dtype)
     reads, writes = TENSORS_READ_WRITTEN[op]
     records: list[dict] = []
-    if progress is None:
-        progress = env.interactive()
-    bar = tqdm(list(sizes), desc=f"{op} {dtype_name(dtype)}", unit="size", disable=not progress, mininterval=2.0)
+    bar = tqdm(list(sizes), desc=f"{op} {dtype_name(dtype)}", unit="size", disable=not env.interactive(),
+               mininterval=2.0)
+
     def fits(numel: int) -> bool:
         return device.type != "cuda" or env.fits_on_gpu(numel, dtype, tensors=reads + writes)
 
     for numel in bar:
         bar.set_postfix_str(f"{numel:,} elements", refresh=False)
         if release_each_size or not fits(numel):
-            _release_memory(device)
+            gc.collect()  # a variant's closure may hold the last reference to a big tensor
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # cached blocks back to the driver, where the fit check sees them
         if not fits(numel):
             print(f"skipped {numel:,} elements: {reads + writes} tensors of them do not fit in free GPU memory")
             continue
@@ -545,14 +411,9 @@ def _selu(x: torch.Tensor) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=1)
 def compiled_selu() -> Callable[[torch.Tensor], torch.Tensor]:
-    """``torch.compile`` of ``torch.selu``, built once per session.
-
-    Static shapes (``dynamic=False``): Inductor then specialises each size's
-    kernel (its element count, 32-bit indexing where it fits), which is the best
-    it can do and what a fixed-shape model gets. Each new size compiles once, so
-    dynamo's recompile limit is raised; otherwise past 8 sizes it would quietly
-    run eager torch.selu under the compiled name.
-    """
+    """``torch.compile`` of ``torch.selu``, built once, with static shapes: Inductor specialises each
+    size (as for a fixed-shape model), so dynamo's recompile limit is raised, or past 8 sizes it
+    would quietly run eager torch.selu under the compiled name."""
     import torch._dynamo.config as dynamo_config
 
     name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
@@ -565,11 +426,8 @@ TRITON = "triton"  # the variant name of the plain Triton SELU in records
 
 @functools.lru_cache(maxsize=1)
 def triton_selu() -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """A plain Triton SELU, the ten lines anyone would write first: one element per
-    program lane, blocks of 1024, math in float32 (float64 for float64), ``expm1``
-    from libdevice. The peer a hand-written CUDA kernel must beat to be worth its
-    code. None where triton is not installed (a CPU machine, usually).
-    """
+    """The ten-line Triton SELU anyone would write first (blocks of 1024, float32 math, libdevice's
+    ``expm1``): the peer a hand-written kernel must beat to be worth its code. None without triton."""
     try:
         import triton
         import triton.language as tl
@@ -596,23 +454,11 @@ def triton_selu() -> Callable[[torch.Tensor], torch.Tensor] | None:
     return selu
 
 
-def peers(
-    dtype: torch.dtype | str = torch.float32,
-    device: torch.device | str | None = None,
-    *,
-    include_compile: bool = True,
-) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    """What a hand-written kernel competes with: eager ``torch.selu`` and its
-    ``torch.compile`` (``"torch_eager"``, ``"torch_compile"``).
-
-    The compiled one is tried once here, on a small input of ``dtype`` on
-    ``device``, and checked against eager; if compiling fails (no C++ compiler
-    for the CPU backend, say) a note is printed and that variant is left out, so
-    a notebook still runs.
-    """
+def peers(dtype: torch.dtype | str = torch.float32,
+          device: torch.device | str | None = None) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """What a hand-written kernel competes with: ``"torch_eager"`` and ``"torch_compile"``, the latter
+    tried once on a small input and left out with a note where compiling fails (no C++ compiler, say)."""
     variants: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"torch_eager": torch.selu}
-    if not include_compile:
-        return variants
     try:
         compiled = compiled_selu()
         probe = random_input(4096, dtype, device, seed=0)

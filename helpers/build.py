@@ -3,27 +3,20 @@
 >>> build.load("selu_vectorized")            # doctest: +SKIP
 >>> y = torch.ops.selu_course.selu_vectorized(x)     # on the CPU or the GPU, by x's device
 
-What it does, so that a notebook need not:
-
-* compiles each kernel's CPU implementation and, where a GPU, a CUDA build of torch
-  and nvcc are all present, its CUDA implementation, each into a shared library
-  loaded with ``torch.utils.cpp_extension.load(..., is_python_module=False)``:
-  the library registers its kernels with the dispatcher when it loads
-  (``TORCH_LIBRARY_IMPL``), and the schemas, fake kernels and autograd rules come
-  from :mod:`helpers.ops`;
-* names each library after a hash of every source, header and flag, so an
-  unchanged kernel is not rebuilt, and an edited one is rebuilt and *replaces*
-  the registration of the previous build in the running process: the old library
-  is unloaded first, which removes its kernels, so no restart is needed and the
-  dispatcher has nothing to warn about;
-* builds quietly into the project's git-ignored ``.build/`` folder, with
-  ``TORCH_CUDA_ARCH_LIST`` set to the GPU present;
-* turns the usual failures (no ninja, no compiler, no nvcc, a CPU-only torch asked
-  for CUDA, a lock left by a killed build, a compile or import error) into a
-  :class:`BuildError` whose message says what to do.
+:func:`load` compiles a kernel's CPU implementation and, where a GPU, a CUDA build of torch
+and nvcc are all present, its CUDA one, each into a shared library whose kernels register
+with the dispatcher when it loads (``TORCH_LIBRARY_IMPL``); the schemas they register against
+come from :mod:`helpers.schemas`. Each library is named after a hash of its sources, headers
+and flags: an unchanged kernel is not rebuilt, and an edited one replaces the loaded build in
+the running process (the old library is unloaded first). It compiles and registers, nothing
+else: the launch of selu_vectorized stays the C++ default until a notebook calls
+:func:`helpers.tuning.configure`. The usual failures (no ninja, compiler or nvcc, a CPU-only
+torch asked for CUDA, a stale lock, a compile or registration error) become a
+:class:`BuildError` that says what to do.
 """
 from __future__ import annotations
 
+import _ctypes
 import contextlib
 import ctypes
 import gc
@@ -41,7 +34,7 @@ from typing import Iterator
 
 import torch
 
-from . import env
+from . import env, schemas
 
 EXTENSIONS_DIR = env.BUILD_DIR / "extensions"
 STALE_LOCK_SECONDS = 600  # no honest build of these kernels takes 10 minutes
@@ -49,16 +42,12 @@ STALE_LOCK_SECONDS = 600  # no honest build of these kernels takes 10 minutes
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A kernel of the course: its CPU and CUDA sources and the operators they implement.
-
-    ``cuda_source`` is None for a kernel whose CUDA implementation is not written yet:
-    it runs on the CPU only, and a CUDA tensor gets the dispatcher's error.
-    """
+    """A kernel of the course: its CPU and CUDA (None: CPU only) sources and the operators they implement."""
 
     cpu_source: str
     cuda_source: str | None
     operators: tuple[str, ...]
-    tuned: bool = False  # its launch configuration is chosen per GPU by helpers.tuning
+    tuned: bool = False  # its launch configuration is chosen per GPU (helpers.tuning.configure)
 
 
 KERNELS = {
@@ -72,27 +61,20 @@ KERNELS = {
     "selu_backward": KernelSpec("selu_backward_cpu.cpp", "selu_backward.cu",
                                 ("selu_backward", "selu_backward_from_output")),
     "latency_chain": KernelSpec("latency_chain_cpu.cpp", "latency_chain.cu", ("pointer_chase",)),
-    "mistakes": KernelSpec(
-        "mistakes_cpu.cpp", "mistakes.cu",
-        ("mistake_missing_minus_one", "mistake_expf_minus_one", "mistake_legacy_default_stream",
-         "mistake_int32_count"),
-    ),
+    "mistakes": KernelSpec("mistakes_cpu.cpp", "mistakes.cu",
+                           ("mistake_missing_minus_one", "mistake_expf_minus_one", "mistake_legacy_default_stream",
+                            "mistake_int32_count")),
 }
 
-# Autograd-key kernels: one library, built from C++ alone, that serves every device (the
-# Autograd key comes before CPU and CUDA), so it has no CUDA source. Not in KERNELS, which
-# holds the device kernels (each with a CUDA source) that tests and notebooks load all
-# of: loading this one changes the autograd rule of its operators, which is
-# helpers.ops.enable_cpp_backward()'s business. That removes the Python rule
-# first, since an operator has one Autograd kernel at a time; build.load of it alone
-# would register a second one over the first (the dispatcher warns).
+# Autograd-key kernels: C++ alone, serving every device. Not in KERNELS: loading one changes
+# the autograd rule of its operators, which is helpers.ops.enable_cpp_backward()'s business
+# (it removes the Python rule first: an operator has one Autograd kernel at a time).
 AUTOGRAD_KERNELS = {
     "selu_autograd": KernelSpec("selu_autograd.cpp", None, ("selu_vectorized", "selu_vectorized_with_config")),
 }
 
-# A Python module, not a library of kernels: a pybind11 binding of the forward operator
-# that costs less per call than torch.ops' generic one (notebook 05). It registers
-# nothing, so it is imported like any extension and never unloaded.
+# A pybind11 binding of the forward operator, cheaper per call than torch.ops' (notebook 05):
+# it registers nothing, so it is imported like any extension and never unloaded.
 ENTRY_SOURCE = "selu_entry.cpp"
 _ENTRIES: dict[str, ModuleType] = {}  # imported entry modules, by build name
 
@@ -125,53 +107,37 @@ def resolve_backend(backend: str = "auto") -> str:
     """``auto`` becomes ``cuda`` where CUDA kernels can be built and run, else ``cpu``."""
     if backend not in ("auto", "cuda", "cpu"):
         raise BuildError(f"backend must be 'auto', 'cuda' or 'cpu', not {backend!r}.")
-    if backend == "auto":
-        return env.default_backend()
-    return backend
+    return env.default_backend() if backend == "auto" else backend
 
 
 def check_toolchain(backend: str) -> None:
     """Raise a :class:`BuildError` naming the first missing piece of the toolchain."""
     from torch.utils.cpp_extension import is_ninja_available
 
-    if not is_ninja_available():
-        raise BuildError(
-            "ninja is not installed, and torch.utils.cpp_extension needs it to build kernels. "
-            "Install it into this environment with `python -m pip install ninja` "
-            "(`make lab` and `make test` do this for you), then re-run the cell."
-        )
-    if env.cxx_path() is None:
-        raise BuildError(
-            "No C++ compiler found (looked for $CXX, c++ and g++). Install one: "
-            "`sudo apt-get install g++` on Debian/Ubuntu, `xcode-select --install` on macOS, "
-            "or set CXX to the compiler's path. Then restart the Jupyter kernel."
-        )
-    if backend != "cuda":
-        return
-    if torch.version.cuda is None:
-        raise BuildError(
-            f"CUDA kernels were asked for, but this torch ({torch.__version__}) is a CPU-only build. "
-            "Install a CUDA build of torch (see the README), or build for the CPU with backend='cpu'."
-        )
-    if env.nvcc_path() is None:
-        raise BuildError(
-            "CUDA kernels were asked for, but nvcc (the CUDA compiler) was not found. Install the "
-            f"CUDA toolkit that matches torch's CUDA {torch.version.cuda} and put its bin/ on PATH, "
-            "or set CUDA_HOME to its folder; or build for the CPU with backend='cpu'."
-        )
-    if not torch.cuda.is_available():
-        raise BuildError(
-            "CUDA kernels were asked for, but torch sees no GPU (torch.cuda.is_available() is False). "
-            "Check `nvidia-smi` and CUDA_VISIBLE_DEVICES, or build for the CPU with backend='cpu'."
-        )
+    cpu_instead = "or build for the CPU with backend='cpu'."
+    missing = [
+        (not is_ninja_available(), "ninja is not installed, and torch.utils.cpp_extension needs it to build kernels. "
+         "Install it with `python -m pip install ninja` (`make lab` and `make test` do), then re-run the cell."),
+        (env.cxx_path() is None, "No C++ compiler found (looked for $CXX, c++ and g++). Install one (`sudo apt-get "
+         "install g++`, `xcode-select --install` on macOS) or set CXX to its path, then restart the Jupyter kernel."),
+    ]
+    if backend == "cuda":
+        missing += [
+            (torch.version.cuda is None, f"CUDA kernels were asked for, but this torch ({torch.__version__}) is a "
+             f"CPU-only build. Install a CUDA build of torch (see the README), {cpu_instead}"),
+            (env.nvcc_path() is None, "CUDA kernels were asked for, but nvcc (the CUDA compiler) was not found. "
+             f"Install the CUDA toolkit that matches torch's CUDA {torch.version.cuda} and put its bin/ on PATH, "
+             f"or set CUDA_HOME to its folder; {cpu_instead}"),
+            (not torch.cuda.is_available(), "CUDA kernels were asked for, but torch sees no GPU "
+             f"(torch.cuda.is_available() is False). Check `nvidia-smi` and CUDA_VISIBLE_DEVICES, {cpu_instead}"),
+        ]
+    for is_missing, message in missing:
+        if is_missing:
+            raise BuildError(message)
 
 
 def check_stale_lock(directory: Path, stale_after_s: float = STALE_LOCK_SECONDS) -> None:
-    """Fail fast on a lock file left by a build that was killed.
-
-    torch's builder waits for ``lock`` to disappear, forever; a Jupyter kernel
-    interrupted mid-build leaves it behind, and the next build hangs silently.
-    """
+    """Fail fast on a lock left by a killed build (torch's builder would wait for it forever)."""
     lock = directory / "lock"
     if lock.exists() and time.time() - lock.stat().st_mtime > stale_after_s:
         raise BuildError(
@@ -184,10 +150,10 @@ def check_stale_lock(directory: Path, stale_after_s: float = STALE_LOCK_SECONDS)
 
 def remove_stale_lock(name: str) -> bool:
     lock = EXTENSIONS_DIR / name / "lock"
-    if lock.exists():
-        lock.unlink()
-        return True
-    return False
+    if not lock.exists():
+        return False
+    lock.unlink()
+    return True
 
 
 def set_cuda_arch_list() -> str | None:
@@ -206,18 +172,9 @@ def source_hash(*parts: str | bytes) -> str:
     return digest.hexdigest()[:12]
 
 
-HEADER_SUFFIXES = (".h", ".cuh", ".hpp")
-
-
 def kernel_headers() -> list[Path]:
     """Every header of ``kernels/``: a kernel includes some of them, so all go into its hash."""
-    return sorted(p for p in env.KERNELS_DIR.iterdir() if p.suffix in HEADER_SUFFIXES)
-
-
-def _headers_text() -> str:
-    return "".join(p.read_text() for p in kernel_headers())
-
-
+    return sorted(p for p in env.KERNELS_DIR.iterdir() if p.suffix in (".h", ".cuh", ".hpp"))
 
 
 def _compiler_flags() -> tuple[str, ...]:
@@ -232,9 +189,9 @@ class Library:
 
     source: str  # the kernel file it was built from, e.g. "selu_naive.cu"
     device: str  # "cpu", "cuda" or "autograd": the dispatch key its kernels are registered for
-    name: str  # the extension's name: the source's stem, the device and a content hash
+    name: str  # the source's stem, the device and a content hash
     path: Path  # the .so file
-    build_seconds: float  # time spent in this call (about 0 when it was built before)
+    build_seconds: float  # in this call (about 0 when it was built before)
 
 
 @dataclass
@@ -254,16 +211,15 @@ class Loaded:
         return sum(library.build_seconds for library in self.libraries)
 
     def __str__(self) -> str:
-        ops = ", ".join(f"selu_course::{name}" for name in self.operators)
+        operators = ", ".join(f"selu_course::{name}" for name in self.operators)
         built = "; ".join(f"{lib.device.upper()} from kernels/{lib.source} ({lib.name})" for lib in self.libraries)
-        return f"{ops}\n  {built}; {self.build_seconds:.1f} s"
+        return f"{operators}\n  {built}; {self.build_seconds:.1f} s"
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
 
 
-# source file -> the library built from it that is loaded in this process now
-_LOADED: dict[str, Library] = {}
+_LOADED: dict[str, Library] = {}  # source file -> the library built from it that is loaded now
 
 
 def loaded_library(source: str) -> Library | None:
@@ -273,14 +229,14 @@ def loaded_library(source: str) -> Library | None:
 
 def _is_loaded(path: Path) -> bool:
     try:
-        ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        handle = ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
     except OSError:
         return False
+    _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
     return True
 
 
-# A library may export ``int64_t selu_course_objects_alive()``: how many objects whose
-# code it holds are alive (autograd graph nodes: kernels/selu_autograd.cpp).
+# ``int64_t selu_course_objects_alive()``: the autograd nodes of kernels/selu_autograd.cpp alive.
 OBJECTS_ALIVE_SYMBOL = "selu_course_objects_alive"
 
 
@@ -290,29 +246,21 @@ def objects_alive(library: Library) -> int:
         handle = ctypes.CDLL(str(library.path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
     except OSError:
         return 0  # not loaded
-    import _ctypes
-
     try:
         count = getattr(handle, OBJECTS_ALIVE_SYMBOL, None)
-        if count is None:
-            return 0
-        count.restype = ctypes.c_int64
-        if count() > 0:
-            gc.collect()  # a reference cycle may be all that keeps one alive
-        return count()
+        if count is not None:
+            count.restype = ctypes.c_int64
+            if count() > 0:
+                gc.collect()  # a reference cycle may be all that keeps one alive
+        return 0 if count is None else count()
     finally:
         _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
 
 
 def unload(library: Library) -> None:
-    """Unload ``library`` from this process, and with it the kernels it registered.
-
-    Its static registration objects are destroyed as the library is unloaded,
-    which removes its kernels from the dispatcher. CUDA work still queued may run
-    code of the library, so the GPU is synchronised first; an autograd graph node
-    made by its code (:func:`objects_alive`) would run unloaded code when it is next
-    used or freed, so the library is not unloaded while one is alive.
-    """
+    """Unload ``library``, and with it the kernels it registered (its static registration objects
+    are destroyed). Not while an autograd node made by its code is alive (:func:`objects_alive`),
+    which would run unloaded code; queued CUDA work is finished first."""
     alive = objects_alive(library)
     if alive:
         raise BuildError(
@@ -331,19 +279,14 @@ def unload(library: Library) -> None:
             handle = ctypes.CDLL(str(library.path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         except OSError:
             break
-        import _ctypes
-
         _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
         _ctypes.dlclose(handle._handle)  # one that was there before
     torch.ops.loaded_libraries.discard(str(library.path))
-    loaded_now = _LOADED.get(library.source)
-    if loaded_now is not None and loaded_now.path == library.path:
-        del _LOADED[library.source]
+    if _LOADED.get(library.source, library).path == library.path:
+        _LOADED.pop(library.source, None)
     if _is_loaded(library.path):
-        raise BuildError(
-            f"{library.name} could not be unloaded, so its kernels stay registered. Restart the "
-            "Jupyter kernel to load the rebuilt one."
-        )
+        raise BuildError(f"{library.name} could not be unloaded, so its kernels stay registered. Restart the "
+                         "Jupyter kernel to load the rebuilt one.")
 
 
 def _library_options(source_name: str, device: str, extra_flags: tuple[str, ...], extra_cflags: tuple[str, ...],
@@ -357,35 +300,27 @@ def _library_options(source_name: str, device: str, extra_flags: tuple[str, ...]
         arch = set_cuda_arch_list() or ""
     else:
         cuda_flags, arch = (), ""
-    digest = source_hash(source.read_text(), _headers_text(), " ".join(cflags + cuda_flags), arch, torch.__version__)
+    headers = "".join(path.read_text() for path in kernel_headers())
+    digest = source_hash(source.read_text(), headers, " ".join(cflags + cuda_flags), arch, torch.__version__)
     name = f"{source.stem}_{device}_{digest}"
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
-    return dict(
-        name=name,
-        sources=[str(source)],
-        extra_cflags=list(cflags),
-        extra_cuda_cflags=list(cuda_flags) if device == "cuda" else None,
-        extra_include_paths=[str(env.KERNELS_DIR)],
-        build_directory=str(build_directory(name)),
-        is_python_module=False,
-        verbose=verbose,
-    )
+    return dict(name=name, sources=[str(source)], extra_cflags=list(cflags),
+                extra_cuda_cflags=list(cuda_flags) if device == "cuda" else None,
+                extra_include_paths=[str(env.KERNELS_DIR)], build_directory=str(build_directory(name)),
+                is_python_module=False, verbose=verbose)
 
 
-def _build_failed(source_name: str, device: str, error: Exception) -> BuildError:
+def _build_failed(source_name: str, device: str, error: Exception | str) -> BuildError:
     return BuildError(
         f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n"
-        f"{relative_paths(str(error))}\n"
-        "Fix the first error it reports and re-run the cell; the build is cached per source "
-        "hash, so only a changed kernel is rebuilt."
+        f"{relative_paths(str(error))}\nFix the first error it reports and re-run the cell; the build is "
+        "cached per source hash, so only a changed kernel is rebuilt."
     )
 
 
 def _build_side_by_side(jobs: list[tuple], verbose: bool) -> dict[str, float]:
-    """Build the libraries of ``jobs`` (the arguments of :func:`_build_library`) that are not
-    built yet, each in a child process of its own and all at once: a kernel's CUDA library
-    and its CPU twin then compile side by side instead of one after the other. Returns each
-    source's build seconds; loading stays with :func:`_build_library`, one library at a time."""
+    """Build the libraries of ``jobs`` (:func:`_build_library`'s arguments) not built yet, each in a
+    child process, all at once; each source's build seconds. Loading stays one at a time."""
     from concurrent.futures import ThreadPoolExecutor
 
     def build(job: tuple) -> float:
@@ -412,8 +347,7 @@ def _build_side_by_side(jobs: list[tuple], verbose: bool) -> dict[str, float]:
 
 def _build_library(source_name: str, device: str, extra_flags: tuple[str, ...], extra_cflags: tuple[str, ...],
                    verbose: bool, built_s: float = 0.0) -> Library:
-    """Build (unless built) and load one library; ``built_s``: seconds its build took already,
-    in :func:`_build_side_by_side`, reported as part of its time."""
+    """Build (unless built) and load one library; ``built_s``: its seconds in :func:`_build_side_by_side`."""
     options = _library_options(source_name, device, extra_flags, extra_cflags, verbose)
     name, directory = options["name"], Path(options["build_directory"])
     previous = _LOADED.get(source_name)
@@ -442,20 +376,17 @@ REGISTERED_MARK = "registered-in-a-child"
 
 
 def _build_and_register_in_a_child(source_name: str, device: str, directory: Path, options: dict) -> None:
-    """Build the library and load it once in a separate Python process.
+    """Build the library and load it once in a child process (once per build: a mark file).
 
-    A kernel whose registration fails (its C++ signature does not match the schema
-    in helpers/ops.py, say) throws while the library loads, and the C++ runtime
-    then ends the process that loaded it: that must not be a learner's Jupyter
-    kernel. So each new build is first built and loaded by a child process; only
-    when that succeeds does this process load it. Done once per build (a mark
-    file in its folder).
+    A registration that fails (a C++ signature that does not match its schema in
+    helpers/schemas.py) throws while the library loads, and the C++ runtime ends the
+    process: that must not be a learner's Jupyter kernel.
     """
     mark = directory / REGISTERED_MARK
     if mark.exists():
         return
     child = ("import json, sys\n"
-             "import helpers.ops  # the schemas, so that each registration is checked against one\n"
+             "import helpers.schemas  # so that each registration is checked against its schema\n"
              "from torch.utils.cpp_extension import load\n"
              "load(**json.loads(sys.argv[1]))\n")
     environment = dict(os.environ)
@@ -469,48 +400,29 @@ def _build_and_register_in_a_child(source_name: str, device: str, directory: Pat
         return
     output = relative_paths(result.stderr.strip())
     if "Error building extension" in output or result.returncode > 0 and "c10::Error" not in output:
-        message = output[output.find("Error building extension"):] if "Error building extension" in output else output
-        raise BuildError(
-            f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n{message}\n"
-            "Fix the first error it reports and re-run the cell; the build is cached per source "
-            "hash, so only a changed kernel is rebuilt."
-        )
+        raise _build_failed(source_name, device, output[max(output.find("Error building extension"), 0):])
     output = output.split("Exception raised from")[0].replace("terminate called after throwing an instance of "
                                                               "'c10::Error'\n", "").strip()
     raise BuildError(
         f"kernels/{source_name} compiled, but registering its {device.upper()} kernels failed, which would "
         f"have ended this Python process (it was tried in a separate one). The dispatcher said:\n{output}\n"
         "Each m.impl(name, &function) must have the C++ signature of the schema of `name` in "
-        "helpers/ops.py (Tensor -> const at::Tensor&, Tensor(a!) -> at::Tensor&, int -> int64_t, "
+        "helpers/schemas.py (Tensor -> const at::Tensor&, Tensor(a!) -> at::Tensor&, int -> int64_t, "
         "`-> ()` -> void)."
     )
 
 
-def load(
-    kernel: str,
-    *,
-    backend: str = "auto",
-    extra_cuda_cflags: tuple[str, ...] = (),
-    extra_cflags: tuple[str, ...] = (),
-    verbose: bool = False,
-) -> Loaded:
-    """Build ``kernel`` (a key of :data:`KERNELS` or :data:`AUTOGRAD_KERNELS`) and register its operators.
-
-    The CPU implementation (an autograd kernel's only one) is always built; the
-    CUDA one too where ``backend`` (``"auto"``: where a GPU, a CUDA build of torch
-    and nvcc are all here) says so. Afterwards ``torch.ops.selu_course.<operator>``
-    runs on either device.
-    Calling it again is cheap: unchanged libraries are neither rebuilt nor
-    reloaded; an edited source (or other flags) is rebuilt and replaces the
-    loaded library.
-    """
+def load(kernel: str, *, backend: str = "auto", extra_cuda_cflags: tuple[str, ...] = (),
+         extra_cflags: tuple[str, ...] = (), verbose: bool = False) -> Loaded:
+    """Build ``kernel`` (a key of :data:`KERNELS` or :data:`AUTOGRAD_KERNELS`) and register its operators:
+    the CPU implementation always, the CUDA one too where ``backend`` (``"auto"``: where a GPU, a
+    CUDA build of torch and nvcc are all here) says so. Unchanged libraries are neither rebuilt nor
+    reloaded; an edited source (or other flags) is rebuilt and replaces the loaded library."""
     spec = kernel_spec(kernel)
     backend = resolve_backend(backend)
     if spec.cuda_source is None:
         backend = "cpu"  # nothing for nvcc to build: not needed, even on a GPU machine
     check_toolchain(backend)
-    from . import ops  # noqa: F401  (defines the schemas, fake kernels and autograd rules)
-
     loaded = Loaded(kernel, spec.operators)
     key = "autograd" if kernel in AUTOGRAD_KERNELS else "cpu"
     jobs = [(spec.cpu_source, key, (), tuple(extra_cflags))]
@@ -519,20 +431,12 @@ def load(
     built_s = _build_side_by_side(jobs, verbose) if len(jobs) > 1 else {}
     for job in jobs:
         loaded.libraries.append(_build_library(*job, verbose, built_s=built_s.get(job[0], 0.0)))
-    if backend == "cuda" and spec.tuned:
-        from . import tuning  # the launch configuration is measured per GPU model, never a constant
-
-        tuning.configure(verbose=verbose)
     return loaded
 
 
 def load_entry(verbose: bool = False) -> ModuleType:
-    """Build kernels/selu_entry.cpp (C++ only: no CUDA compiler needed) and import it.
-
-    Cached per source hash like the kernels; the module's functions call the operators
-    through the dispatcher, so they work with whichever kernels and rules are loaded.
-    """
-    from . import ops  # noqa: F401  (the schemas the module looks up)
+    """Build kernels/selu_entry.cpp (C++ only) and import it, cached per source hash; its functions
+    call the operators through the dispatcher, with whichever kernels and rules are loaded."""
     from torch.utils.cpp_extension import load
 
     source = env.KERNELS_DIR / ENTRY_SOURCE
@@ -566,14 +470,11 @@ def kernel_spec(kernel: str) -> KernelSpec:
 
 @contextlib.contextmanager
 def loaded(kernel: str, **options) -> Iterator[Loaded]:
-    """Within this block, ``kernel`` built with ``options`` (say, other flags) is registered;
-    on exit the libraries that were registered before come back.
-
-    For comparing two builds of one kernel: an operator has one implementation
-    per device at a time.
-    """
+    """Within this block, ``kernel`` built with ``options`` (say, other flags) is registered; on exit
+    the libraries registered before come back, with selu_vectorized's launch table as it was."""
     spec = kernel_spec(kernel)
     before = {source: _LOADED.get(source) for source in (spec.cpu_source, spec.cuda_source) if source is not None}
+    launches = _launch_configs() if spec.tuned and before.get(spec.cuda_source) is not None else {}
     try:
         yield load(kernel, **options)
     finally:
@@ -584,10 +485,15 @@ def loaded(kernel: str, **options) -> Iterator[Loaded]:
                     unload(current)
                 torch.ops.load_library(str(library.path))
                 _LOADED[source] = library
-        if spec.tuned and before.get(spec.cuda_source) is not None:
-            from . import tuning
+        for (device, dtype), config in launches.items():  # a library loaded anew starts from its default
+            torch.ops.selu_course.set_launch_config.default(device, dtype, *config)
 
-            tuning.configure(verbose=False)  # a library loaded anew starts from its default launch
+
+def _launch_configs() -> dict:
+    """selu_vectorized's launch table, per GPU and dtype, as its CUDA library holds it now."""
+    return {(torch.device("cuda", index), dtype): list(torch.ops.selu_course.launch_config.default(
+                torch.device("cuda", index), dtype))
+            for index in range(torch.cuda.device_count()) for dtype in schemas.FLOAT_DTYPES}
 
 
 # ----------------------------------------------------------------------------- notebook 02's first extension
@@ -595,11 +501,9 @@ def loaded(kernel: str, **options) -> Iterator[Loaded]:
 
 def pybind_bindings(declarations: str, functions: tuple[str, ...]) -> str:
     """The ``bindings.cpp`` of :func:`pybind_extension`: the declarations and one ``m.def`` per function."""
-    return "\n".join(
-        ["#include <torch/extension.h>", declarations, "", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
-        + [f'  m.def("{f}", &{f}, "{f}");' for f in functions]
-        + ["}", ""]
-    )
+    definitions = [f'  m.def("{f}", &{f}, "{f}");' for f in functions]
+    return "\n".join(["#include <torch/extension.h>", declarations, "", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {",
+                      *definitions, "}", ""])
 
 
 def pybind_directory(name: str, *, declarations: str, definitions: str, functions: tuple[str, ...], cuda: bool,
@@ -607,58 +511,38 @@ def pybind_directory(name: str, *, declarations: str, definitions: str, function
     """Where :func:`pybind_extension` builds these sources (created if needed); its name is the module's."""
     flags = tuple(CUDA_FLAGS) + tuple(extra_cuda_cflags) if cuda else ()
     bindings = pybind_bindings(declarations, functions)
-    return build_directory(f"{name}_{source_hash(bindings, definitions, ' '.join(flags), str(cuda), torch.__version__)}")
+    digest = source_hash(bindings, definitions, " ".join(flags), str(cuda), torch.__version__)
+    return build_directory(f"{name}_{digest}")
 
 
-def pybind_extension(
-    name: str,
-    *,
-    declarations: str,
-    definitions: str,
-    functions: tuple[str, ...],
-    cuda: bool,
-    extra_cuda_cflags: tuple[str, ...] = (),
-) -> ModuleType:
-    """A plain pybind11 extension of two translation units, as ``load_inline`` makes one.
+def pybind_extension(name: str, *, declarations: str, definitions: str, functions: tuple[str, ...], cuda: bool,
+                     extra_cuda_cflags: tuple[str, ...] = ()) -> ModuleType:
+    """A plain pybind11 extension of two translation units, as ``load_inline`` makes one:
+    ``bindings.cpp`` (``declarations`` and a ``PYBIND11_MODULE`` binding ``functions``) and
+    ``definitions`` compiled on its own (``.cu`` by nvcc when ``cuda``). The two meet only in the
+    linker, where notebook 02's ``extern "C"`` mismatch shows. ``name`` gets a hash appended."""
+    from torch.utils.cpp_extension import load
 
-    ``bindings.cpp`` holds ``declarations`` and a ``PYBIND11_MODULE`` block binding
-    ``functions``; ``definitions`` is compiled on its own, as ``definitions.cu``
-    (by nvcc) when ``cuda`` and ``definitions.cpp`` otherwise. The two meet only
-    in the linker, which is where notebook 02's ``extern "C"`` mismatch shows.
-    ``name`` gets a hash of everything appended.
-    """
-    bindings = pybind_bindings(declarations, functions)
-    flags = tuple(CUDA_FLAGS) + tuple(extra_cuda_cflags) if cuda else ()
     if cuda:
         set_cuda_arch_list()
     directory = pybind_directory(name, declarations=declarations, definitions=definitions, functions=functions,
                                  cuda=cuda, extra_cuda_cflags=extra_cuda_cflags)
-    full_name = directory.name
     check_stale_lock(directory)
-    files = {"bindings.cpp": bindings, f"definitions.{'cu' if cuda else 'cpp'}": definitions}
+    files = {"bindings.cpp": pybind_bindings(declarations, functions),
+             f"definitions.{'cu' if cuda else 'cpp'}": definitions}
     for filename, text in files.items():
-        path = directory / filename
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-
-    from torch.utils.cpp_extension import load
-
+        if not (directory / filename).exists() or (directory / filename).read_text() != text:
+            (directory / filename).write_text(text)
     try:
-        return load(
-            name=full_name,
-            sources=[str(directory / filename) for filename in files],
-            extra_cflags=list(CPU_FLAGS),
-            extra_cuda_cflags=list(flags) if cuda else None,
-            build_directory=str(directory),
-            verbose=False,
-        )
+        return load(name=directory.name, sources=[str(directory / filename) for filename in files],
+                    extra_cflags=list(CPU_FLAGS), build_directory=str(directory), verbose=False,
+                    extra_cuda_cflags=list(CUDA_FLAGS) + list(extra_cuda_cflags) if cuda else None)
     except ImportError as error:
         raise BuildError(
-            f"The extension {full_name} compiled and linked, but Python could not import it:\n"
+            f"The extension {directory.name} compiled and linked, but Python could not import it:\n"
             f"    {relative_paths(str(error))}\n"
-            "An 'undefined symbol' means a function was declared (in the binding file) with a "
-            "different signature or linkage than it was defined with: make both include the same "
-            "declaration."
+            "An 'undefined symbol' means a function was declared (in the binding file) with a different "
+            "signature or linkage than it was defined with: make both include the same declaration."
         ) from None
     except Exception as error:
         raise BuildError(f"Building {name} failed. The compiler said:\n{relative_paths(str(error))}") from None
@@ -671,8 +555,7 @@ _REGION = re.compile(r"^[ \t]*(?://|#) region: (?P<name>[\w-]+)[ \t]*\n(?P<body>
 
 
 def _source_path(filename: str) -> Path:
-    """``kernels/<filename>``, or a path from the repository root where ``filename`` has a folder
-    (``"helpers/ops.py"``)."""
+    """``kernels/<filename>``, or from the repository root where it has a folder (``"helpers/ops.py"``)."""
     return env.REPO_ROOT / filename if "/" in filename else env.KERNELS_DIR / filename
 
 

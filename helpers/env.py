@@ -1,9 +1,8 @@
 """What this machine has, and what the course will do with it.
 
-Every notebook starts by asking this module one question: is there a CUDA GPU
-*and* a toolchain to build for it? If yes, kernels are built from their ``.cu``
-files and timed on the GPU; if not, the op's CPU implementation stands in and
-GPU figures are shown from the committed H100 records, labelled as reference.
+Where there is a CUDA GPU *and* a toolchain to build for it, kernels are built from their ``.cu``
+files and timed on the GPU; elsewhere their CPU implementations stand in, and GPU figures are
+shown from the committed H100 records, labelled as reference.
 """
 from __future__ import annotations
 
@@ -65,11 +64,8 @@ def nvcc_path() -> str | None:
     """The nvcc that torch's extension builder would use, if any."""
     from torch.utils.cpp_extension import CUDA_HOME
 
-    if CUDA_HOME:
-        candidate = Path(CUDA_HOME) / "bin" / "nvcc"
-        if candidate.exists():
-            return str(candidate)
-    return shutil.which("nvcc")
+    candidate = Path(CUDA_HOME) / "bin" / "nvcc" if CUDA_HOME else None
+    return str(candidate) if candidate and candidate.exists() else shutil.which("nvcc")
 
 
 def cxx_path() -> str | None:
@@ -77,17 +73,13 @@ def cxx_path() -> str | None:
 
 
 def ninja_path() -> str | None:
-    return shutil.which("ninja") or _ninja_from_package()
-
-
-def _ninja_from_package() -> str | None:
     try:
         import ninja  # the PyPI package ships the binary
 
-        path = Path(ninja.BIN_DIR) / "ninja"
-        return str(path) if path.exists() else None
+        packaged = Path(ninja.BIN_DIR) / "ninja"
     except Exception:
-        return None
+        packaged = None
+    return shutil.which("ninja") or (str(packaged) if packaged and packaged.exists() else None)
 
 
 def can_build_cuda() -> bool:
@@ -103,10 +95,6 @@ def default_device() -> torch.device:
     return torch.device("cuda" if has_gpu() else "cpu")
 
 
-def gpu_name() -> str | None:
-    return torch.cuda.get_device_name() if has_gpu() else None
-
-
 def device_slug(device: torch.device | str | None = None) -> str:
     """A short folder name for a device: ``h100``, ``h200``, ``a100``, ``cpu``..."""
     device = torch.device(device) if device is not None else default_device()
@@ -114,9 +102,7 @@ def device_slug(device: torch.device | str | None = None) -> str:
         return "cpu"
     name = torch.cuda.get_device_name(device).lower()
     match = re.search(r"\b([a-z]{1,2}\d{2,4}[a-z]?)\b", name.replace("nvidia", ""))
-    if match:
-        return match.group(1)
-    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "gpu"
+    return match.group(1) if match else re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "gpu"
 
 
 def tool_version(path: str | None) -> str | None:
@@ -128,10 +114,8 @@ def tool_version(path: str | None) -> str | None:
     except Exception:
         return None
     lines = [line.strip() for line in out.splitlines() if line.strip()]
-    for line in lines:
-        if "release" in line:  # nvcc: "Cuda compilation tools, release 13.0, V13.0.88"
-            return line
-    return lines[0] if lines else None
+    # nvcc's: "Cuda compilation tools, release 13.0, V13.0.88"
+    return next((line for line in lines if "release" in line), lines[0] if lines else None)
 
 
 @dataclass
@@ -152,15 +136,12 @@ class Environment:
         return "cuda" if (self.gpu and self.torch_cuda and self.nvcc) else "cpu"
 
     def rows(self) -> list[tuple[str, str]]:
-        def show(value):
-            return value if value else "not found"
-
         return [
             ("torch", f"{self.torch_version} (CUDA {self.torch_cuda or 'none: CPU-only build'})"),
-            ("GPU", f"{self.gpu} ({self.gpu_memory_gib:.0f} GiB, sm_{self.compute_capability})" if self.gpu else "none"),
-            ("nvcc", show(self.nvcc)),
-            ("ninja", show(self.ninja)),
-            ("C++ compiler", show(self.cxx)),
+            ("GPU", f"{self.gpu} ({self.gpu_memory_gib:.0f} GiB, sm_{self.compute_capability})" if self.gpu
+             else "none"),
+            *((tool, found or "not found") for tool, found in
+              (("nvcc", self.nvcc), ("ninja", self.ninja), ("C++ compiler", self.cxx))),
             ("CI mode (small sizes)", "yes" if self.ci else "no"),
             ("kernels will be built for", self.backend.upper()),
         ]
@@ -179,24 +160,14 @@ class Environment:
 @lru_cache(maxsize=1)
 def describe() -> Environment:
     """Read the environment once (it does not change while a kernel runs)."""
-    gpu = gpu_name()
-    memory = cc = None
-    if gpu:
-        props = torch.cuda.get_device_properties(0)
-        memory = props.total_memory / 2**30
-        cc = f"{props.major}{props.minor}"
+    gpu = torch.cuda.get_device_name() if has_gpu() else None
+    props = torch.cuda.get_device_properties(0) if gpu else None
     nvcc = nvcc_path()
-    env = Environment(
-        torch_version=torch.__version__,
-        torch_cuda=torch.version.cuda,
-        gpu=gpu,
-        gpu_memory_gib=memory,
-        compute_capability=cc,
-        nvcc=tool_version(nvcc),
-        ninja=tool_version(ninja_path()),
-        cxx=tool_version(cxx_path()),
-        ci=is_ci(),
-    )
+    env = Environment(torch_version=torch.__version__, torch_cuda=torch.version.cuda, gpu=gpu,
+                      gpu_memory_gib=props.total_memory / 2**30 if props else None,
+                      compute_capability=f"{props.major}{props.minor}" if props else None,
+                      nvcc=tool_version(nvcc), ninja=tool_version(ninja_path()), cxx=tool_version(cxx_path()),
+                      ci=is_ci())
     if env.backend == "cpu":
         if gpu and not torch.version.cuda:
             env.notes.append("A GPU is present but this torch is a CPU-only build: install a CUDA build of torch.")
@@ -212,10 +183,7 @@ def describe() -> Environment:
 
 
 def free_gpu_bytes() -> int:
-    if not has_gpu():
-        return 0
-    free, _total = torch.cuda.mem_get_info()
-    return free
+    return torch.cuda.mem_get_info()[0] if has_gpu() else 0
 
 
 def fits_on_gpu(numel: int, dtype: torch.dtype, tensors: int, headroom: float = 0.9) -> bool:
@@ -225,12 +193,9 @@ def fits_on_gpu(numel: int, dtype: torch.dtype, tensors: int, headroom: float = 
 
 
 def problem_numel(dtype: torch.dtype = torch.float32, tensors: int = 3) -> tuple[int, str]:
-    """The size a notebook should use for its headline measurement, and why.
-
-    The reference size on a GPU with room for ``tensors`` buffers of it; otherwise
-    the largest power of two that fits; on CPU (and in CI) a small size, since the
-    point there is that every cell runs, not the number.
-    """
+    """The size of a notebook's headline measurement, and why: the reference size where ``tensors``
+    buffers of it fit on the GPU, else the largest power of two that fits; on a CPU a small size,
+    since the point there is that every cell runs, not the number."""
     if not has_gpu():
         numel = 2**16 if is_ci() else 2**22
         return numel, f"{numel:,} elements: no GPU here, so a small size on the CPU"

@@ -1,27 +1,16 @@
-"""An evaluation of a KernelBench-style answer to the SELU problem that cheating cannot fool.
+"""An evaluation of a KernelBench-style answer to the SELU problem that cheating cannot fool
+(notebook 06), and the table of the course's report (appendix A5, the README).
 
->>> verdict = helpers.evaluate.evaluate(kernelbench.ModelNew())   # doctest: +SKIP
->>> verdict.passed, str(verdict)        # one line; a table of findings in Jupyter
+>>> verdict = evaluate(answer)          # every finding, by name  # doctest: +SKIP
+>>> table = measure_speed({"mine": answer})   # two timers, beside a copy and eager  # doctest: +SKIP
 
-A naive judge (:func:`helpers.kernelbench.naive_judge`) calls the answer once on
-``torch.rand`` and accepts anything within 1e-2. Each check here closes one way
-to pass that without computing SELU (:mod:`helpers.cheats` has one answer for
-each), and each failed check is a named :class:`Finding` whose message says
-which cheat it catches:
-
-* ``wrong values``: against the float64 reference in ulps (``check.MAX_ULP``), on
-  fresh inputs of several distributions every trial (``torch.rand`` among them,
-  never alone), special values, odd shapes and views (transposed, strided, and
-  misaligned for 16-byte vectors), with every allocation poisoned with NaN during
-  the call;
-* ``precision``: the wrong values are SELU computed in a narrower dtype;
-* ``input modified``, ``output aliases`` (the input, or any earlier output: a
-  cached result), ``nondeterministic``, ``wrong dtype/shape/device``, ``raised``;
-* ``work on another stream`` (CUDA): the result is read as soon as the *current*
-  stream is done, as a caller would, not after every stream is; and on one input of
-  2 GB, the device must be idle once the caller's stream is;
-* ``timer patched``: the clocks a benchmark reads are the same objects after the
-  call as before (they are put back, so the rest of the session is not fooled).
+Each failed check is a named :class:`Finding`: ``wrong values`` (against a float64 reference
+in ulps, on fresh inputs of both signs, special values, odd shapes and views, with every
+allocation poisoned with NaN), ``precision`` (SELU computed in a narrower dtype), ``input
+modified``, ``output aliases`` (the input or an earlier output), ``nondeterministic``, ``wrong
+dtype/shape/device``, ``raised``, ``work on another stream`` (the result read as the caller's
+stream sees it; on a GPU, the device idle once that stream is) and ``timer patched`` (the
+clocks a benchmark reads, put back).
 """
 from __future__ import annotations
 
@@ -37,8 +26,27 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from . import bench, check, env
-from .report import Markdown, _table
+from . import bench, check, env, results
+
+
+@dataclass
+class Markdown:
+    """Markdown text: Jupyter renders it, ``print`` and ``str`` give it as it is."""
+
+    text: str
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
+def _table(header: list[str], align: list[str], rows) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 WRONG_VALUES = "wrong values"
 PRECISION = "precision"
@@ -59,26 +67,17 @@ TRIALS = 5  # rounds of fresh inputs per evaluation; KernelBench's default is on
 OFFICIAL = "torch.rand"
 SPECIAL = "special values"
 DISTRIBUTIONS = (OFFICIAL, *check.DEFAULT_DISTRIBUTIONS, SPECIAL)
-# Odd sizes (no vector width divides them), one element, a 0-d tensor and 3-D; each
-# distribution takes a different one in each trial.
+# Odd sizes (no vector width divides them), one element, 0-d and 3-D; a different one each trial.
 SHAPES = ((7, 1027), (1, 1), (3, 5, 17), (), (4097,), (33, 31))
-# Views, each once per trial on a distribution that changes with the trial: a
-# transposed matrix (dense, not contiguous), every other column (gaps between
-# elements), and a view one element in (its data is not 16-byte aligned, which a
-# vectorized kernel must handle). An answer that assumes a contiguous, aligned
-# input reads the wrong elements here.
+# Views, each once per trial: transposed (dense, not contiguous), every other column (gaps),
+# one element in (not 16-byte aligned). An answer that assumes a contiguous input fails here.
 TRANSPOSED, STRIDED, OFFSET = "transposed", "every other column", "offset by one element"
 LAYOUTS = (TRANSPOSED, STRIDED, OFFSET)
 VIEW_SHAPE = (33, 1027)
-# The stream check (GPU): one input of this many bytes, whose SELU keeps a GPU busy for
-# about a millisecond (4 GB read and written at 3-5 TB/s). An answer that leaves that
-# work on a stream of its own returns before it is done; the caller's stream is then
-# idle while the device is not. Idle means an empty torch.cuda.synchronize(), tens of
-# microseconds: busy beyond STREAM_BUSY_MS after the caller's stream is done is work
-# on another stream. Host work can stretch a reading (honest answers have read 0.21 and
-# 0.25 ms inside the harness, against 11-70 us alone), while work left on another stream
-# is there every time: the check reads with the garbage collector off, and takes the least
-# of up to STREAM_CHECK_TRIES calls.
+# The stream check (GPU): on one 2 GB input, whose SELU keeps a GPU busy for a millisecond,
+# the device must be idle (an empty synchronize: tens of microseconds) once the caller's
+# stream is done. Host work can stretch one reading; work left on another stream is there
+# every time: read with the garbage collector off, the least of up to STREAM_CHECK_TRIES calls.
 STREAM_CHECK_BYTES = 2 * 2**30
 STREAM_BUSY_MS = 0.2
 STREAM_CHECK_TRIES = 3
@@ -116,16 +115,12 @@ class Verdict:
     def names(self) -> list[str]:
         return [f.name for f in self.findings]
 
-    def _where(self) -> str:
-        return (f"{str(self.dtype).removeprefix('torch.')} on {self.device}, {self.trials} trials, "
-                f"{self.calls} calls, seed {self.seed}")
-
     def __str__(self) -> str:
         verdict = "PASSED" if self.passed else "FAILED: " + ", ".join(self.names())
-        return f"{self.name}: {verdict} ({self._where()})"
+        return (f"{self.name}: {verdict} ({str(self.dtype).removeprefix('torch.')} on {self.device}, "
+                f"{self.trials} trials, {self.calls} calls, seed {self.seed})")
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = __str__
 
     def _repr_markdown_(self) -> str:
         if self.passed:
@@ -310,14 +305,8 @@ def _stream_check(model_new, dtype: torch.dtype, device: torch.device, seed: int
                             f"caller reads the result; a timing cheat)")
 
 
-def evaluate(
-    model_new: Callable[[torch.Tensor], torch.Tensor],
-    *,
-    dtype: torch.dtype = torch.float32,
-    device=None,
-    trials: int = TRIALS,
-    seed: int = 0,
-) -> Verdict:
+def evaluate(model_new: Callable[[torch.Tensor], torch.Tensor], *, dtype: torch.dtype = torch.float32, device=None,
+             trials: int = TRIALS, seed: int = 0) -> Verdict:
     """Run ``model_new`` (``x -> selu(x)``) on ``trials`` rounds of fresh inputs and report
     every way it is not SELU (see the module's docstring); never raises for its errors."""
     device = check._device(device)
@@ -413,21 +402,15 @@ def evaluate(
 
 # --------------------------------------------------------------------------- timing
 #
-# KernelBench-style timers read CUDA events on the current stream, with or without the
-# L2 cache flushed: an answer whose work runs on a stream of its own shows as nearly
-# free. The harness's timer waits for every stream of the device (a host clock around
-# torch.cuda.synchronize, which CUDA events, timing one stream, cannot do), flushes the
-# L2 cache before every call as triton.testing.do_bench does, and reads a clock taken
-# when this module loaded, before any answer ran. Its statistics are those of the
-# course's benchmarks: medians and the 20th to 80th percentile, over rounds that take
-# turns so that a slow spell of the host falls on every row.
+# The harness's timer waits for every stream of the device (a host clock around
+# torch.cuda.synchronize: CUDA events time one stream), flushes the L2 cache before every
+# call as triton.testing.do_bench does, and reads a clock bound when this module loaded.
+# Rows take turns, round after round, so that a slow spell falls on every row.
 
 FLUSH_BYTES = 256 * 2**20  # as triton.testing.do_bench: more than any Hopper L2 cache (50-60 MB)
 TIMING_ROUNDS = 3
 TIMING_REPS = 10
-# A SELU reads and writes every element once, as a copy does: a median time this far
-# below the copy measured in the same run is suspect (the course's own kernels come
-# within a few percent of it, from either side, with the L2 flushed).
+# A SELU moves the bytes a copy moves: an answer this far below the copy's fast end is suspect.
 SUSPECT_MARGIN = 0.10
 IMPOSSIBLE = "impossible"
 SUSPECT = "suspect"
@@ -505,16 +488,9 @@ def row_flags(table: dict, row: dict, timer: str = "harness") -> list[str]:
                        table["bytes"], table["datasheet_gbps"])
 
 
-def measure_speed(
-    answers: dict[str, Callable[[torch.Tensor], torch.Tensor]],
-    *,
-    dtype: torch.dtype = torch.float32,
-    device=None,
-    numel: int | None = None,
-    rounds: int = TIMING_ROUNDS,
-    reps: int = TIMING_REPS,
-    seed: int = 0,
-) -> dict:
+def measure_speed(answers: dict[str, Callable[[torch.Tensor], torch.Tensor]], *, dtype: torch.dtype = torch.float32,
+                  device=None, numel: int | None = None, rounds: int = TIMING_ROUNDS, reps: int = TIMING_REPS,
+                  seed: int = 0) -> dict:
     """Each answer timed by the harness's timer and by a naive one, beside the copy and
     ``torch.selu``, on one input of both signs (the problem size of ``dtype`` by default);
     a table (dict) with every row's median and 20th and 80th percentiles for each timer
@@ -552,23 +528,66 @@ def measure_speed(
             "rounds": rounds, "reps": reps, "rows": table_rows}
 
 
-def _flag_words(flags: list[str]) -> str:
-    return "; ".join(flags).replace("|", "/") if flags else "—"
+# --------------------------------------------------------------------------- the course's report
+#
+# Every stage of the course beside its peers, each as a % of the copy of the same bytes timed
+# in the same run (appendix A5 measures it; the README and helpers.reproduce show it).
+
+REPORT_FILE = "06_report.json"
+SLUGS = ("h100", "h200")
+# Each record's variant and what the report calls it, stage by stage and then the peers.
+REPORT_ROWS = {
+    "forward": {
+        "selu_naive": "naive (float32 only)",
+        "selu_vectorized_default_launch": "vectorized, default launch",
+        "selu_vectorized": "vectorized, launch tuned on this GPU",
+        "torch_eager": "torch.selu, eager",
+        "torch_compile": "torch.compile(torch.selu)",
+        bench.TRITON: "Triton, 10 lines",
+        "selu_triton": "Triton operator (notebook 05)",
+    },
+    "backward": {
+        "selu_backward": "backward kernel",
+        "torch_eager": "torch's backward (elu_backward)",
+        "selu_triton_backward": "Triton operator's backward",
+    },
+    "step": {
+        "selu_course_autograd": "operator: forward + backward under autograd",
+        "torch_autograd": "torch.selu under autograd",
+    },
+}
+OP_TITLES = {"forward": "forward", "backward": "backward (from x)", "step": "a training step (forward + backward)"}
 
 
-def speed_table(table: dict | None) -> Markdown:
-    """:func:`measure_speed`'s table: the harness's time (median, 20th-80th percentile) and
-    its ratio to the copy, its flags, and what the naive timer read with the flags it earns."""
-    if table is None:
-        return Markdown("*no timing table*")
-    copy_ms = _row(table, COPY_ROW)["median_ms"]
-    rows = [[r["answer"], f"{r['median_ms']:.3f} ({r['q20_ms']:.3f}–{r['q80_ms']:.3f})",
-             f"{r['median_ms'] / copy_ms:.2f}", _flag_words(row_flags(table, r)), f"{r['naive_median_ms']:.3f}",
-             _flag_words(row_flags(table, r, "naive"))] for r in table["rows"]]
-    datasheet = (f"datasheet {table['datasheet_gbps'] / 1e3:.2f} TB/s" if table["datasheet_gbps"]
-                 else "no datasheet bandwidth for this device")
-    lines = _table(["answer", "harness ms (p20–p80)", "× copy", "harness flags", "naive timer ms", "naive flags"],
-                   ["---", "---:", "---:", "---", "---:", "---"], rows)
-    return Markdown(f"*{table['device']}, {table['dtype']}, {table['numel']:,} elements "
-                    f"({table['bytes'] / 1e9:.3f} GB moved per call), {table['rounds']} rounds × "
-                    f"{table['reps']} calls per row; {datasheet}*\n\n" + "\n".join(lines))
+def committed_report_tables(slugs: tuple[str, ...] = SLUGS) -> dict[str, dict]:
+    """The committed report table (``results/<slug>/06_report.json``) of each GPU that has one."""
+    return {slug: table | {"source": "committed"} for slug in slugs
+            if (table := results.load_table(REPORT_FILE, slug)) is not None}
+
+
+def report_pct_of_copy(table: dict, op: str, dtype: str, variant: str) -> float | None:
+    """``variant``'s throughput as a % of the copy's in its own run, or None if not measured."""
+    records = [r for r in table["records"] if r["op"] == op and r["dtype"] == dtype]
+    record = next((r for r in records if r["variant"] == variant), None)
+    return None if record is None else results.pct_of_copy(record, records)
+
+
+def report_table(found: dict[str, dict], dtypes=check.DTYPES) -> Markdown:
+    """Each stage and peer as a % of the copy, one column per GPU (key of ``found``) and dtype,
+    forward, backward and step; a row shows where any column has a number."""
+    if not found:
+        return Markdown("*no report table: needs a GPU, and none is committed yet*")
+    columns = [(slug, bench.dtype_name(d)) for slug in found for d in dtypes]
+    header = ["% of the copy"] + [f"{slug.upper()} {name}" for slug, name in columns]
+    lines = []
+    for op, labels in REPORT_ROWS.items():
+        rows = []
+        for variant, label in labels.items():
+            cells = [report_pct_of_copy(found[slug], op, name, variant) for slug, name in columns]
+            if any(cell is not None for cell in cells):
+                rows.append([label] + [f"{cell:.1f}" if cell is not None else "—" for cell in cells])
+        lines += [f"**{OP_TITLES[op]}**", ""] + _table(header, ["---"] + ["---:"] * len(columns), rows) + [""]
+    sources = "; ".join(f"{slug.upper()}: {table['device']}, {table['source']}" for slug, table in found.items())
+    return Markdown(f"*{sources}. Each dtype at its problem size; the copy moves the bytes the op must move "
+                    f"(one read and one write forward, two reads and a write backward), in the same run.*\n\n"
+                    + "\n".join(lines))

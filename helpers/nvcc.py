@@ -7,17 +7,9 @@
 >>> helpers.nvcc.ptxas_report("selu_vectorized.cu")                 # registers, spills, stack
 >>> helpers.nvcc.compile_source(cuda_text, "relu_inline").ptx     # doctest: +SKIP
 
-What it does, so that a notebook need not:
-
-* compiles with the flags ``helpers.build`` builds the extension with, plus the
-  defines and include folders torch's extension builder adds, for ``sm_90`` (the
-  H100) by default: the PTX shown is the PTX that would run;
-* makes torch's headers compile on a machine with only the CUDA compiler (see
-  :func:`nvcc_flags`);
-* caches every result under ``.build/nvcc/<hash>/``, keyed by the source, every
-  header of ``kernels/``, the flags and the nvcc and torch versions, so asking
-  again is instant and editing a kernel recompiles it;
-* runs ``ptxas -v`` on that PTX and parses what it reports per kernel.
+The flags are the extension build's, with torch's defines and include folders, for ``sm_90`` by
+default: the PTX shown is the PTX that would run. Results are cached under ``.build/nvcc/``, keyed
+by the source, every header of ``kernels/``, the flags and the nvcc and torch versions.
 """
 from __future__ import annotations
 
@@ -53,8 +45,8 @@ class Compiled:
     source: str  # relative to the repository: "kernels/selu_vectorized.cu"
     arch: str
     ptx: str
-    seconds: float  # how long nvcc took (when it ran; a cached result keeps the time it took then)
-    cached: bool  # True when this call read the result from .build/nvcc/
+    seconds: float  # how long nvcc took when it ran
+    cached: bool  # whether this call read the result from .build/nvcc/
     warnings: str  # what nvcc printed, usually nothing
     directory: Path
 
@@ -73,11 +65,9 @@ def nvcc_path() -> str:
     """The nvcc that torch's extension builder would use; :class:`NvccError` if none."""
     path = env.nvcc_path()
     if path is None:
-        raise NvccError(
-            "nvcc (the CUDA compiler) was not found. It needs no GPU: install the CUDA toolkit "
-            "(e.g. `sudo apt-get install cuda-nvcc-13-0` from NVIDIA's repository, or "
-            "`conda install -c nvidia cuda-nvcc`), then put its bin/ on PATH or set CUDA_HOME."
-        )
+        raise NvccError("nvcc (the CUDA compiler) was not found. It needs no GPU: install the CUDA toolkit "
+                        "(e.g. `sudo apt-get install cuda-nvcc-13-0` from NVIDIA's repository, or `conda install "
+                        "-c nvidia cuda-nvcc`), then put its bin/ on PATH or set CUDA_HOME.")
     return path
 
 
@@ -102,17 +92,13 @@ def nvcc_flags(filename: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, 
     """The nvcc flags for ``kernels/<filename>``, less the input and output files."""
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
-    # Where build.CUDA_FLAGS name no C++ standard (torch's builder then adds its
-    # own), nvcc's default applies: it changes how torch's headers parse, not the PTX.
-    flags = [f"-arch={arch}", *build.CUDA_FLAGS, *COMMON_NVCC_FLAGS]
-    # What torch's builder defines for an extension (the name matters only to
-    # PYBIND11_MODULE, which is in the binding file, not here).
-    flags += [f"-DTORCH_EXTENSION_NAME={Path(filename).stem}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    # Without a C++ standard in build.CUDA_FLAGS nvcc's default applies: it changes how torch's
+    # headers parse, not the PTX. The defines are torch's builder's for an extension.
+    flags = [f"-arch={arch}", *build.CUDA_FLAGS, *COMMON_NVCC_FLAGS,
+             f"-DTORCH_EXTENSION_NAME={Path(filename).stem}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     torch_includes = _torch_include_dirs()
-    # CPU wheels of torch ship the c10/cuda headers but not the one CMake
-    # generates for them, c10/cuda/impl/cuda_cmake_macros.h. All it defines is
-    # an export macro for Windows DLLs, and this define is c10's own switch to
-    # skip it.
+    # CPU wheels of torch lack the header CMake generates, c10/cuda/impl/cuda_cmake_macros.h, which
+    # only defines an export macro for Windows DLLs: this define is c10's own switch to skip it.
     if not (Path(torch_includes[0]) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists():
         flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
     flags.append(f"-I{env.KERNELS_DIR}")
@@ -138,10 +124,8 @@ def _run(command: list[str], what: str) -> tuple[str, float]:
         raise NvccError(f"nvcc took more than {NVCC_TIMEOUT_S} s to {what}; is the machine overloaded?") from None
     seconds = time.perf_counter() - started
     if result.returncode != 0:
-        raise NvccError(
-            f"nvcc failed to {what}. It said:\n{_relative(result.stderr.strip())}\n"
-            f"Command: {_relative(' '.join(command))}"
-        )
+        raise NvccError(f"nvcc failed to {what}. It said:\n{_relative(result.stderr.strip())}\n"
+                        f"Command: {_relative(' '.join(command))}")
     return result.stderr, seconds
 
 
@@ -154,14 +138,8 @@ def _source_path(filename: str) -> Path:
 
 
 def _cache_directory(source: Path, flags: list[str]) -> Path:
-    headers = build.kernel_headers()  # a kernel may include any of them
-    digest = build.source_hash(
-        source.read_text(),
-        *(header.read_text() for header in headers),
-        " ".join(flags),
-        nvcc_version(),
-        torch.__version__,
-    )
+    headers = (header.read_text() for header in build.kernel_headers())  # a kernel may include any of them
+    digest = build.source_hash(source.read_text(), *headers, " ".join(flags), nvcc_version(), torch.__version__)
     return CACHE_DIR / f"{source.stem}_{digest}"
 
 
@@ -178,17 +156,10 @@ def compile_kernel(filename: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[s
     return _compile(source, f"kernels/{source.name}", arch, extra_flags)
 
 
-def compile_source(
-    text: str, name: str = "inline", arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = ()
-) -> Compiled:
-    """Compile CUDA source *text* to PTX for ``arch`` (cached), like a file of ``kernels/``.
-
-    For the one kernel the course writes in a notebook cell (the ``cuda_sources`` of
-    a ``load_inline`` call): the text is written to
-    ``.build/nvcc/sources/<name>_<hash>.cu`` and compiled with the same flags,
-    include folders and cache as :func:`compile_kernel`, so it can be read on a
-    machine without a GPU. ``name`` is a plain identifier (letters, digits, ``_``).
-    """
+def compile_source(text: str, name: str = "inline", arch: str = DEFAULT_ARCH,
+                   extra_flags: tuple[str, ...] = ()) -> Compiled:
+    """Compile CUDA source *text* (a kernel written in a notebook cell) to PTX for ``arch`` as a file
+    of ``kernels/`` is, through ``.build/nvcc/sources/<name>_<hash>.cu``; ``name`` is an identifier."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise NvccError(f"name must be a plain identifier (letters, digits and _), got {name!r}")
     source = SOURCES_DIR / f"{name}_{build.source_hash(text)}.cu"
@@ -213,15 +184,8 @@ def _compile(source: Path, shown_as: str, arch: str, extra_flags: tuple[str, ...
             raise
         _write_atomically(log_file, _relative(log))
         _write_atomically(seconds_file, f"{seconds:.2f}\n")  # written last: marks the result complete
-    return Compiled(
-        source=shown_as,
-        arch=arch,
-        ptx=ptx_file.read_text(),
-        seconds=float(seconds_file.read_text()),
-        cached=cached,
-        warnings=log_file.read_text(),
-        directory=directory,
-    )
+    return Compiled(source=shown_as, arch=arch, ptx=ptx_file.read_text(), seconds=float(seconds_file.read_text()),
+                    cached=cached, warnings=log_file.read_text(), directory=directory)
 
 
 def compile_ptx(filename: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = ()) -> str:
@@ -237,15 +201,9 @@ _PTXAS_REGISTERS = re.compile(r"Used (?P<registers>\d+) registers")
 
 
 def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
-    """``ptxas -v``'s report per kernel (mangled name), from its stderr.
-
-    Each kernel reads::
-
-        ptxas info    : Compiling entry function '_Z...' for 'sm_90'
-        ptxas info    : Function properties for _Z...
-            0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-        ptxas info    : Used 16 registers, used 0 barriers, 380 bytes cmem[0]
-    """
+    """``ptxas -v``'s report per kernel (mangled name), from its stderr: a section from each
+    "Compiling entry function '_Z...'" line, with "N bytes stack frame, N bytes spill stores, N bytes
+    spill loads" and "Used N registers"."""
     report: dict[str, KernelResources] = {}
     # Each section runs from one "Compiling entry function" line to the next.
     starts = list(_PTXAS_ENTRY.finditer(log))
@@ -254,25 +212,15 @@ def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
         frame, registers = _PTXAS_FRAME.search(section), _PTXAS_REGISTERS.search(section)
         if frame is None or registers is None:
             raise NvccError(f"Could not read ptxas's report for {start['name']}:\n{section.strip()}")
-        report[start["name"]] = KernelResources(
-            registers=int(registers["registers"]),
-            stack_frame_bytes=int(frame["stack"]),
-            spill_store_bytes=int(frame["stores"]),
-            spill_load_bytes=int(frame["loads"]),
-        )
+        report[start["name"]] = KernelResources(int(registers["registers"]), int(frame["stack"]),
+                                                int(frame["stores"]), int(frame["loads"]))
     return report
 
 
-def ptxas_report(
-    filename: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = ()
-) -> dict[str, KernelResources]:
-    """Registers, spills and stack frame of every kernel of ``kernels/<filename>`` (cached).
-
-    Keys are the kernels' C++ names (``void selu_course::(anonymous
-    namespace)::selu_vectorized_kernel<float, 4>(float const*, float*, long)``).
-    ptxas runs on the cached PTX with ``nvcc -cubin -Xptxas -v``, as the build
-    would run it, so this takes a second once the PTX exists.
-    """
+def ptxas_report(filename: str, arch: str = DEFAULT_ARCH,
+                 extra_flags: tuple[str, ...] = ()) -> dict[str, KernelResources]:
+    """Registers, spills and stack frame of every kernel of ``kernels/<filename>``, by C++ name: ptxas
+    run on the cached PTX (``nvcc -cubin -Xptxas -v``, as the build runs it), cached too."""
     compiled = compile_kernel(filename, arch, extra_flags)
     log_file = compiled.directory / "ptxas.log"
     if not log_file.exists():
@@ -318,10 +266,8 @@ def _select(ptx: str, kernel_name_substring: str | None) -> dict[str, str]:
         return found
     selected = {name: body for name, body in found.items() if kernel_name_substring in name}
     if not selected:
-        raise ValueError(
-            f"No kernel whose name contains {kernel_name_substring!r}; the kernels are:\n  "
-            + "\n  ".join(found)
-        )
+        raise ValueError(f"No kernel whose name contains {kernel_name_substring!r}; the kernels are:\n  "
+                         + "\n  ".join(found))
     return selected
 
 
@@ -336,19 +282,13 @@ def _instructions(body: str):
 def _vector_accesses(ptx: str, prefix: str, kernel_name_substring: str | None) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for body in _select(ptx, kernel_name_substring).values():
-        counts.update(
-            op for op in _instructions(body) if op.startswith(prefix) and re.search(r"\.v[248]\.", op)
-        )
+        counts.update(op for op in _instructions(body) if op.startswith(prefix) and re.search(r"\.v[248]\.", op))
     return dict(counts)
 
 
 def vector_loads(ptx: str, kernel_name_substring: str | None = None) -> dict[str, int]:
-    """How many vector loads from global memory, per form (``ld.global.nc.v4.f32``: 4, ...).
-
-    ``.v4.f32``/``.v4.u32``/``.v2.f64`` are 16-byte loads; ``.nc`` marks the
-    read-only (non-coherent cache) path. Over every kernel of the PTX, or those
-    whose name contains ``kernel_name_substring``.
-    """
+    """How many vector loads from global memory, per form (``ld.global.nc.v4.f32``: 4, ...), in the
+    kernels whose name contains ``kernel_name_substring`` (all by default); ``.nc``: the read-only path."""
     return _vector_accesses(ptx, "ld.global", kernel_name_substring)
 
 
@@ -358,12 +298,8 @@ def vector_stores(ptx: str, kernel_name_substring: str | None = None) -> dict[st
 
 
 def show_ptx(ptx: str, kernel_name_substring: str, pattern: str | None = None, max_lines: int = 60) -> None:
-    """Print the PTX of the kernels whose name contains ``kernel_name_substring``.
-
-    With ``pattern`` (a regular expression), only the lines that match it, with
-    their line numbers in the kernel, e.g. ``r"ld\\.global|st\\.global"`` for the
-    memory accesses. Line-number directives (``.loc``) are left out.
-    """
+    """Print the PTX of the kernels whose name contains ``kernel_name_substring``, without ``.loc``
+    directives; with ``pattern`` (a regular expression) only the lines that match, numbered."""
     for name, body in _select(ptx, kernel_name_substring).items():
         lines = [(n, line) for n, line in enumerate(body.splitlines(), 1)
                  if not line.lstrip().startswith((".loc", ".file"))]

@@ -1,14 +1,9 @@
-"""The course's two figures, drawn from benchmark records.
+"""The course's two figures from benchmark records: :func:`throughput` (GB/s versus size, the copy
+dashed) and :func:`roofline_bars` (each variant as a % of the copy at one size).
 
-* :func:`throughput`: GB/s versus size, one line per variant, the copy roofline dashed;
-* :func:`roofline_bars`: each variant as a % of the copy's throughput at one size;
-* :func:`selu_and_derivative`: the function and its derivative against float64.
-
-Both return the matplotlib Figure (a notebook shows it as the cell's value) and,
-with ``save_as``, write it as a PNG plus the plotted numbers as JSON beside it,
-so a figure's claim can be checked without reading pixels. Figures are made
-through pyplot and closed before they are returned: Jupyter then shows each
-once (as the returned value), and a script or a test run never opens a window.
+Each returns its Figure, closed (Jupyter shows it once, as the cell's value; a script opens no
+window), and with ``save_as`` writes a PNG and the plotted numbers as JSON beside it, so that a
+figure's claim can be checked without reading pixels.
 """
 from __future__ import annotations
 
@@ -18,7 +13,6 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
-import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
@@ -32,9 +26,9 @@ COPY_LABEL = "torch copy_ (yardstick)"
 
 
 def datasheet_gbps(records: list[dict]) -> float | None:
-    """The datasheet's peak bandwidth of the records' GPU (:data:`helpers.env.DATASHEET_BANDWIDTH_GBPS`),
-    or None for a GPU with no entry (and for the CPU)."""
+    """The datasheet's peak bandwidth of the records' GPU, or None for one with no entry (and the CPU)."""
     return env.DATASHEET_BANDWIDTH_GBPS.get(records[0].get("device")) if records else None
+
 
 # The same variant, the same colour, in every figure of the course: matplotlib's colour
 # cycle would colour a line by its place in the legend, which changes from figure to figure.
@@ -46,18 +40,14 @@ VARIANT_COLORS = dict(zip(
 
 
 def variant_color(name: str):
-    """The colour of variant ``name`` (a record's label) in every figure: the fixed one of
-    :data:`VARIANT_COLORS`, else one picked from the palette by the name itself."""
+    """The colour of variant ``name`` in every figure: its own in :data:`VARIANT_COLORS`, else one
+    picked by the name itself."""
     return VARIANT_COLORS.get(name) or _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]
 
 
 def _select(records: list[dict], *, dtype, op, numel=None) -> list[dict]:
     wanted = dtype_name(dtype)
-    chosen = [
-        r
-        for r in records
-        if r["op"] == op and r["dtype"] == wanted and (numel is None or r["numel"] == numel)
-    ]
+    chosen = [r for r in records if r["op"] == op and r["dtype"] == wanted and (numel is None or r["numel"] == numel)]
     if not chosen:
         have = sorted({(r["op"], r["dtype"], r["numel"]) for r in records})
         raise ValueError(f"no records for op={op!r}, dtype={wanted!r}, numel={numel}; the records have {have}")
@@ -96,25 +86,12 @@ def save_figure(fig: Figure, data: dict, png: Path) -> None:
     png.with_suffix(".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def throughput(
-    records: list[dict],
-    *,
-    title: str,
-    dtype="float32",
-    op: str = "forward",
-    variants: list[str] | None = None,
-    save_as: str | Path | None = None,
-    label: str | None = None,
-) -> Figure:
-    """GB/s versus number of elements (log2 axis), one line per variant.
-
-    Each line is the median with its 20th-80th percentile band; the ``copy``
-    variant, torch's own copy kernel and the course's yardstick, is the dashed black
-    line, and the datasheet's peak bandwidth of the GPU, where known, a dotted grey
-    one above it (no kernel can cross it). ``variants`` picks and orders
-    the lines (default: all, in the records' order). ``label`` is a subtitle,
-    e.g. :func:`helpers.results.reference_label` for committed reference records.
-    """
+def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "forward",
+               variants: list[str] | None = None, save_as: str | Path | None = None,
+               label: str | None = None) -> Figure:
+    """GB/s versus elements, one line per variant (``variants`` picks and orders them): the median
+    with its 20th-80th percentile band, the copy dashed black, the datasheet's peak dotted grey
+    (no kernel can cross it); ``label`` is a subtitle, e.g. the records' ``source``."""
     chosen = _select(records, dtype=dtype, op=op)
     names = variants if variants is not None else list(dict.fromkeys(results.label(r) for r in chosen))
     missing = [n for n in names if not any(results.label(r) == n for r in chosen)]
@@ -149,32 +126,16 @@ def throughput(
     ax.legend(fontsize=8)
     _titles(fig, ax, title, label)
 
-    data = {
-        "figure": "throughput",
-        "title": title,
-        "label": label,
-        "op": op,
-        "dtype": dtype_name(dtype),
-        "device": chosen[0].get("device"),
-        "variants": names,  # the legend's order (the keys of "series" are stored sorted)
-        "series": series,
-        "datasheet_gbps": peak,
-    }
+    data = {"figure": "throughput", "title": title, "label": label, "op": op, "dtype": dtype_name(dtype),
+            "device": chosen[0].get("device"), "datasheet_gbps": peak, "series": series,
+            "variants": names}  # the legend's order (the keys of "series" are stored sorted)
     _save(fig, data, save_as, chosen)
     plt.close(fig)  # shown once, as the returned value, and never left open in pyplot
     return fig
 
 
-def roofline_bars(
-    records: list[dict],
-    *,
-    numel: int,
-    dtype="float32",
-    op: str = "forward",
-    title: str,
-    save_as: str | Path | None = None,
-    label: str | None = None,
-) -> Figure:
+def roofline_bars(records: list[dict], *, numel: int, dtype="float32", op: str = "forward", title: str,
+                  save_as: str | Path | None = None, label: str | None = None) -> Figure:
     """Each variant's throughput as a % of the copy's at ``numel`` elements,
     as horizontal bars (fastest on top) against a line at 100% (torch's copy), and one
     at the datasheet's peak bandwidth where the GPU has one."""
@@ -202,58 +163,10 @@ def roofline_bars(
     ax.legend(fontsize=8, loc="lower right")
     _titles(fig, ax, title, label)
 
-    data = {
-        "figure": "roofline_bars",
-        "title": title,
-        "label": label,
-        "op": op,
-        "dtype": dtype_name(dtype),
-        "numel": numel,
-        "device": copy.get("device"),
-        "copy_gbps": copy["gbps"],
-        "datasheet_gbps": peak,
-        "bars": [
-            {"variant": r["variant"], "config": r.get("config"), "pct_of_copy": r["pct_of_copy"], "gbps": r["gbps"],
-             "median_ms": r["median_ms"]}
-            for r in bars
-        ],
-    }
+    data = {"figure": "roofline_bars", "title": title, "label": label, "op": op, "dtype": dtype_name(dtype),
+            "numel": numel, "device": copy.get("device"), "copy_gbps": copy["gbps"], "datasheet_gbps": peak,
+            "bars": [{"variant": r["variant"], "config": r.get("config"), "pct_of_copy": r["pct_of_copy"],
+                      "gbps": r["gbps"], "median_ms": r["median_ms"]} for r in bars]}
     _save(fig, data, save_as, chosen)
     plt.close(fig)
     return fig
-
-
-def selu_and_derivative(dtype: torch.dtype = torch.float32, low: float = -6.0, high: float = 3.0) -> tuple[Figure, dict]:
-    """``torch.selu`` in ``dtype`` and its autograd derivative, against float64 references.
-
-    The derivative's reference is λ for x > 0 and λα·eˣ otherwise. Returns the
-    figure and the largest error of each curve in ulps of ``dtype``
-    (``{"selu": ..., "derivative": ...}``).
-    """
-    from . import check
-
-    x = torch.linspace(low, high, 2001, dtype=torch.float64)
-    x_low = x.to(dtype).requires_grad_()
-    y_low = torch.selu(x_low)
-    (dy_low,) = torch.autograd.grad(y_low.sum(), x_low)
-    y_reference = check.selu_reference(x)
-    dy_reference = torch.where(x > 0, check.SELU_SCALE, check.SELU_SCALE * check.SELU_ALPHA * torch.exp(x))
-
-    name = dtype_name(dtype)
-    fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
-    ax_f.plot(x, y_reference, label="float64 reference")
-    ax_f.plot(x, y_low.detach().double(), "--", label=f"torch.selu, {name}")
-    ax_f.set_title("selu(x)")
-    ax_d.plot(x, dy_reference, label="float64 reference")
-    ax_d.plot(x, dy_low.double(), "--", label=f"autograd, {name}")
-    ax_d.set_title("d selu / dx")
-    for ax in (ax_f, ax_d):
-        ax.axvline(0, color="grey", lw=0.5)
-        ax.legend()
-        ax.set_xlabel("x")
-    plt.close(fig)
-    errors = {
-        "selu": int(check.ulp_distance(y_low.detach(), y_reference).max()),
-        "derivative": int(check.ulp_distance(dy_low, dy_reference).max()),
-    }
-    return fig, errors

@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,7 +43,8 @@ def output_root(slug: str | None = None, output_dir: Path = OUTPUT_DIR) -> Path:
 
 
 def notebooks(prefixes: list[str] | None = None) -> list[Path]:
-    found = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]*_*.ipynb"))
+    """The main path (``00_*`` to ``06_*``) in order, then the appendices (``A1_*``...)."""
+    found = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]*_*.ipynb")) + sorted(env.NOTEBOOKS_DIR.glob("A[0-9]*_*.ipynb"))
     if prefixes:
         found = [nb for nb in found if any(nb.name.startswith(p) for p in prefixes)]
     return found
@@ -50,24 +52,47 @@ def notebooks(prefixes: list[str] | None = None) -> list[Path]:
 
 def execute(notebook: Path, destination: Path, timeout_s: int = 3600, working_dir: Path | None = None) -> float:
     """Run ``notebook`` top to bottom in a fresh python3 kernel (started in ``working_dir``,
-    by default the notebook's folder); save the executed copy."""
+    by default the notebook's folder); save the executed copy.
+
+    The kernel talks to this process over local sockets (IPC) in a scratch folder, not TCP:
+    nothing leaves the machine, and ipykernel has no unencrypted-TCP warning to print."""
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
     started = time.perf_counter()
-    client = NotebookClient(
-        nb,
-        timeout=timeout_s,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(working_dir or notebook.parent)}},
-    )
-    try:
-        client.execute()
-    finally:
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, destination)
+    with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
+        class LocalKernelManager(KernelManager):
+            def __init__(self, **options):
+                super().__init__(transport="ipc", ip=str(Path(sockets) / "kernel"), **options)
+
+        client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3", kernel_manager_class=LocalKernelManager,
+                                resources={"metadata": {"path": str(working_dir or notebook.parent)}})
+        try:
+            client.execute()
+        finally:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, destination)
     return time.perf_counter() - started
+
+
+def describe_failure(error: BaseException, executed: Path | None = None, lines: int = 8) -> str:
+    """One failure, said so that it can be acted on: the exception's type, the cell that
+    raised (its index and first line, from the executed copy) and the traceback's last lines.
+    nbclient's own message can be empty (a kernel that died says nothing)."""
+    import nbformat
+
+    said = [type(error).__name__ + (f": {str(error).strip().splitlines()[-1]}" if str(error).strip() else "")]
+    if executed is not None and executed.exists():
+        for index, cell in enumerate(nbformat.read(executed, as_version=4).cells):
+            failed = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+            if failed:
+                first_line = next((line for line in cell.source.splitlines() if line.strip()), "")
+                said.append(f"in cell {index} ({first_line[:80]!r}): {failed[0].get('ename')}: {failed[0].get('evalue')}")
+                said += [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in failed[0].get("traceback", [])][-lines:]
+                break
+    return "\n".join(said)
 
 
 BUILD_TAG = "build"  # a cell that compiles something, which the prebuild runs ahead of time
@@ -186,17 +211,33 @@ def slowest_cells(notebook: Path, count: int = 3) -> list[tuple[int, float]]:
     return sorted(timed, key=lambda item: -item[1])[:count]
 
 
-def _tables(folder: Path) -> set[str]:
-    return {path.name for path in folder.glob("*.json")} if folder.exists() else set()
+def measured_here(records: list[dict]) -> list[str]:
+    """What this machine measured, from the run's own records: for each dtype at the largest size
+    timed, the copy's bandwidth and the course kernel and torch.selu as a share of the copy."""
+    lines = []
+    forward = [r for r in records if r.get("op", "forward") == "forward" and not r.get("config")]
+    for dtype in sorted({r["dtype"] for r in forward}):
+        mine = [r for r in forward if r["dtype"] == dtype]
+        numel = max(r["numel"] for r in mine)
+        at = {r["variant"]: r for r in mine if r["numel"] == numel}
+        if "copy" not in at:
+            continue
+        copy = at["copy"]
+        gbps = f"{copy['gbps']:.0f}" if "gbps" in copy else "—"
+        row = f"| {dtype} | {numel:,} | {gbps} |"
+        for variant in ("selu_vectorized", "torch_eager"):
+            row += f" {100 * copy['median_ms'] / at[variant]['median_ms']:.1f}% |" if variant in at else " — |"
+        lines.append(row)
+    if not lines:
+        return ["No timing records were written by this run."]
+    return ["| dtype | elements | copy GB/s | course kernel, % of copy | torch.selu, % of copy |",
+            "|---|---:|---:|---:|---:|", *lines]
 
 
 def write_summary(root: Path, slug: str, timings: dict[str, float | None], started: float,
                   prebuild_s: float | None = None) -> Path:
     """``root/report.md``: the time of the builds and of each notebook with its slowest cells,
-    where things are, the report of this run beside the committed ones, and what this
-    machine could not measure."""
-    from . import course_report
-
+    and what this machine measured (its own records, never the committed ones)."""
     total = time.perf_counter() - started
     lines = [f"# Reproduced on {slug}", "",
              f"{len(timings)} notebook{'s' if len(timings) != 1 else ''} in {total / 60:.1f} min, builds included.", "",
@@ -207,22 +248,12 @@ def write_summary(root: Path, slug: str, timings: dict[str, float | None], start
         executed = root / "notebooks" / f"{name}.ipynb"
         cells = ", ".join(f"{i}: {s:.0f}" for i, s in slowest_cells(executed)) if executed.exists() else ""
         lines.append(f"| {name} | {'FAILED' if seconds is None else f'{seconds:.0f}'} | {cells} |")
-    lines += ["", f"- executed notebooks: `{os.path.relpath(root / 'notebooks', env.REPO_ROOT)}/`",
+    records_file = root / "benchmarks.json"
+    records = json.loads(records_file.read_text()) if records_file.exists() else []
+    lines += ["", "## Measured on this machine", "", *measured_here(records), "",
+              f"- executed notebooks: `{os.path.relpath(root / 'notebooks', env.REPO_ROOT)}/`",
               f"- records, tables and figures: `{os.path.relpath(root, env.REPO_ROOT)}/` (laid out as `results/<device>/`)",
-              "- committed references: " + ", ".join(f"`results/{s}/`" for s in course_report.SLUGS), ""]
-    here = root / course_report.REPORT_FILE
-    found = {}
-    if here.exists():
-        found[f"{slug}, this run"] = json.loads(here.read_text()) | {"source": "this run"}
-    found.update(course_report.committed_tables())
-    lines += ["## The report", "", str(course_report.summary_table(found)), ""]
-    if slug == "cpu" or not env.can_build_cuda():
-        missing = sorted(set().union(*(_tables(env.REPO_ROOT / "results" / s) for s in course_report.SLUGS))
-                         - _tables(root))
-        lines += ["## Not measured here", "",
-                  "No GPU, or no CUDA build of torch and nvcc: every GPU measurement shown in the executed notebooks "
-                  "is a committed reference. These tables of the committed GPU runs were not measured:", "",
-                  ", ".join(f"`{name}`" for name in missing), ""]
+              ""]
     path = root / "report.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
@@ -267,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # keep going: one broken notebook should not hide the others
             failures += 1
             timings[notebook.stem] = None
-            print(f"{notebook.name}: FAILED: {str(error)[-2000:]}", file=sys.stderr, flush=True)
+            print(f"{notebook.name}: FAILED: {describe_failure(error, target)}", file=sys.stderr, flush=True)
         write_summary(root, root.name, timings, started, prebuild_s)  # after each: a cut-off run keeps its times
     summary = write_summary(root, root.name, timings, started, prebuild_s)
     print(f"done in {(time.perf_counter() - started) / 60:.1f} min; summary: {os.path.relpath(summary, env.REPO_ROOT)}",

@@ -1,19 +1,10 @@
-"""Benchmark records on disk: ``results/<device>/benchmarks.json`` and its figures.
+"""Benchmark records on disk: ``results/<device>/benchmarks.json``, JSON tables and figures.
 
-One JSON file per device (``h100``, ``cpu``...), a list of the plain dicts that
-:func:`helpers.bench.measure` returns. Saving merges: a record replaces the one
-with the same (variant, config, op, dtype, numel) and leaves the others, so a
-notebook re-run updates its own rows without wiping another notebook's.
-
-A record carries the run it came from (``run``) and its launch configuration
-(``config``) as fields. Its ratio to the copy is never stored: it is computed when
-records are read (:func:`pct_of_copy`), from the copy measured in the same run,
-so a stored ratio can never disagree with the stored times.
-
-Where they go: ``results/`` in the repository, or the folder named by the
-``HELPERS_RESULTS_DIR`` environment variable (``make test`` points it at a scratch
-folder so that a test run never edits the committed records). The committed H100
-records are always read from ``results/h100`` by :func:`load_reference`.
+Saving merges: a record replaces the stored one with the same key and leaves the others, so a
+notebook re-run updates its own rows. A record's ratio to the copy is never stored but computed
+on reading (:func:`pct_of_copy`) from the copy of the same run, so it cannot disagree with the
+times. ``$HELPERS_RESULTS_DIR`` redirects writing (``make test`` points it at a scratch folder);
+the committed records are always read from the repository's ``results/``.
 """
 from __future__ import annotations
 
@@ -31,6 +22,7 @@ BENCHMARKS_FILE = "benchmarks.json"
 RECORD_KEY = ("variant", "config", "op", "dtype", "numel", "experiment")  # experiment: see bench.Variant
 DERIVED_FIELDS = ("pct_of_copy",)  # computed on reading, never written
 SIGNIFICANT_DIGITS = 6  # far finer than run-to-run noise; keeps the JSON readable
+GPUS = ("h100", "h200")  # the GPUs whose records the course commits
 
 
 def results_dir() -> Path:
@@ -70,36 +62,13 @@ def _sort_key(record: dict) -> tuple:
 
 
 def _rounded(value):
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
-    return value
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if isinstance(value, float) else value
 
 
-def save(records: list[dict], slug: str | None = None) -> Path:
-    """Merge ``records`` into ``results_dir()/<slug>/benchmarks.json``; its path.
-
-    ``slug`` defaults to the records' ``device_slug`` (they must agree). Records
-    with the same (variant, config, op, dtype, numel, experiment) as a stored one replace it; all
-    other stored records are kept. The file is sorted and indented so that a
-    re-measurement shows up as a readable diff, and written atomically (a
-    temporary file renamed over it), so an interrupted save leaves the old file.
-    """
-    if slug is None:
-        slugs = {r["device_slug"] for r in records}
-        if len(slugs) != 1:
-            raise ValueError(
-                f"records from {len(slugs)} devices ({sorted(slugs)}): save each device's records on their own, "
-                "or name the slug"
-            )
-        (slug,) = slugs
-    path = results_dir() / slug / BENCHMARKS_FILE
-    merged = {_key(r): r for r in load(slug, results_dir())}
-    merged.update({_key(r): {k: _rounded(v) for k, v in r.items() if k not in DERIVED_FIELDS} for r in records})
-    text = json.dumps(sorted(_prune_copies(list(merged.values())), key=_sort_key), indent=1, sort_keys=True) + "\n"
-
+def _write_atomically(path: Path, text: str) -> Path:
+    # A temporary file beside the target (one file system, so the rename is atomic) leaves the old
+    # file whole if interrupted; made by open() for the usual permissions (mkstemp's are 0600).
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Beside the target (one file system, so the rename is atomic), named per process
-    # and created with open() so that it gets the usual permissions (mkstemp's are 0600).
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text)
@@ -110,30 +79,32 @@ def save(records: list[dict], slug: str | None = None) -> Path:
     return path
 
 
-def save_table(table: dict, filename: str, slug: str | None = None) -> Path:
-    """Write a JSON table (a measurement that is not a timing: peak memory, a fast-math
-    comparison...) beside ``benchmarks.json``, in ``results_dir()/<slug>/<filename>``.
+def save(records: list[dict], slug: str | None = None) -> Path:
+    """Merge ``records`` into ``results_dir()/<slug>/benchmarks.json`` (``slug``: the records' one
+    ``device_slug`` by default), sorted and indented so that a re-measurement reads as a diff."""
+    if slug is None:
+        slugs = {r["device_slug"] for r in records}
+        if len(slugs) != 1:
+            raise ValueError(f"records from {len(slugs)} devices ({sorted(slugs)}): save each device's records "
+                             "on their own, or name the slug")
+        (slug,) = slugs
+    merged = {_key(r): r for r in load(slug, results_dir())}
+    merged.update({_key(r): {k: _rounded(v) for k, v in r.items() if k not in DERIVED_FIELDS} for r in records})
+    text = json.dumps(sorted(_prune_copies(list(merged.values())), key=_sort_key), indent=1, sort_keys=True)
+    return _write_atomically(results_dir() / slug / BENCHMARKS_FILE, text + "\n")
 
-    ``slug`` defaults to the table's ``device_slug``, else this machine's device. Written
-    atomically, as :func:`save` writes.
-    """
+
+def save_table(table: dict, filename: str, slug: str | None = None) -> Path:
+    """Write a JSON table (a measurement that is not a timing) as ``results_dir()/<slug>/<filename>``;
+    ``slug`` defaults to the table's ``device_slug``, else this machine's device."""
     path = results_dir() / (slug or table.get("device_slug") or env.device_slug()) / filename
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(table, indent=1) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return _write_atomically(path, json.dumps(table, indent=1) + "\n")
 
 
 def load_table(filename: str, slug: str = env.REFERENCE_DEVICE_SLUG,
                directory: Path | str | None = None) -> dict | None:
-    """The JSON table ``filename`` of ``slug`` (None if there is none): by default the committed
-    one in the repository's ``results/``, whatever ``HELPERS_RESULTS_DIR`` says; from
-    ``directory`` (e.g. :func:`results_dir`, this run's) where given."""
+    """The JSON table ``filename`` of ``slug`` (None if there is none): the committed one, or the one
+    in ``directory`` (e.g. :func:`results_dir`, this run's) where given."""
     path = Path(directory if directory is not None else env.REPO_ROOT / "results") / slug / filename
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -152,32 +123,43 @@ def here_or_reference_table(measure, filename: str, slug: str = env.REFERENCE_DE
     return table, f"no GPU here; reference: {table['device']}, the committed run"
 
 
-def load(slug: str, directory: Path | str | None = None) -> list[dict]:
-    """The records in ``<directory>/<slug>/benchmarks.json`` ([] if none yet).
+def this_gpu() -> str | None:
+    """The slug of the GPU this run measures on; None where it measures nothing (no CUDA build)."""
+    return env.device_slug() if env.can_build_cuda() else None
 
-    ``directory`` defaults to :func:`results_dir`.
-    """
-    directory = Path(directory) if directory is not None else results_dir()
-    path = directory / slug / BENCHMARKS_FILE
-    if not path.exists():
-        return []
-    return json.loads(path.read_text())
+
+def tables_of_every_gpu(filename: str, measure) -> dict[str, dict]:
+    """Table ``filename`` of each GPU, by slug: ``measure()`` on this one, saved with this run's results,
+    and the committed table of every other one of :data:`GPUS`, so that the GPUs can be compared."""
+    here, tables = this_gpu(), {}
+    if here is not None:
+        tables[here] = measure()
+        save_table(tables[here], filename, here)
+    for slug in GPUS:
+        if slug not in tables and (committed := load_table(filename, slug)) is not None:
+            tables[slug] = committed
+    return tables
+
+
+def table_source(slug: str) -> str:
+    """Where a table of :func:`tables_of_every_gpu` comes from: ``"H100 (this run)"``, ``"H200 (committed run)"``."""
+    return f"{slug.upper()} ({'this run' if slug == this_gpu() else 'committed run'})"
+
+
+def load(slug: str, directory: Path | str | None = None) -> list[dict]:
+    """The records in ``<directory>/<slug>/benchmarks.json`` ([] if none yet); ``directory``: :func:`results_dir`."""
+    path = Path(directory if directory is not None else results_dir()) / slug / BENCHMARKS_FILE
+    return json.loads(path.read_text()) if path.exists() else []
 
 
 def load_reference(slug: str = env.REFERENCE_DEVICE_SLUG) -> list[dict]:
-    """The committed records of ``slug`` in the repository's ``results/`` ([] if none),
-    whatever ``HELPERS_RESULTS_DIR`` says."""
+    """The committed records of ``slug`` ([] if none), whatever ``HELPERS_RESULTS_DIR`` says."""
     return load(slug, env.REPO_ROOT / "results")
 
 
 def reference_label(records: list[dict]) -> str:
-    """``"NVIDIA H100 80GB HBM3, 2026-11-20"``: where and when the records were measured
-    (the latest date), for the subtitle of a figure or table drawn from them."""
-    if not records:
-        return "no records"
-    devices = sorted({r["device"] for r in records})
-    dates = sorted({r["date"] for r in records})
-    return f"{', '.join(devices)}, {dates[-1]}"
+    """``"NVIDIA H100 80GB HBM3"``: the device the records were measured on, for a subtitle."""
+    return ", ".join(sorted({r["device"] for r in records})) or "no records"
 
 
 # --------------------------------------------------------------------------- here, or the reference
@@ -193,24 +175,10 @@ class Records(list):
         self.measured = measured
 
 
-def here_or_reference(
-    measure,
-    *,
-    variants=None,
-    dtype=None,
-    numel: int | None = None,
-    op: str = "forward",
-    slug: str = env.REFERENCE_DEVICE_SLUG,
-) -> Records:
-    """Measure on this GPU, or show the committed reference: the one switch every GPU-only
-    measurement of the notebooks makes.
-
-    Where CUDA kernels can be built and run (:func:`helpers.env.can_build_cuda`),
-    ``measure()`` runs, its records are saved (:func:`save`) and returned.
-    Elsewhere the committed records of ``slug`` (``results/h100``) are returned,
-    filtered to ``variants`` (names; the copy is always kept), ``dtype``, ``numel``
-    and ``op``, and labelled as a reference.
-    """
+def here_or_reference(measure, *, variants=None, dtype=None, numel: int | None = None, op: str = "forward",
+                      slug: str = env.REFERENCE_DEVICE_SLUG) -> Records:
+    """Where CUDA kernels can be built and run, ``measure()``'s records, saved; elsewhere the
+    committed records of ``slug`` (:func:`reference`): the one switch of every GPU-only measurement."""
     if env.can_build_cuda():
         records = measure()
         save(records)
@@ -220,16 +188,10 @@ def here_or_reference(
     return Records(committed, source=f"no GPU here; {committed.source}", measured=False)
 
 
-def reference(
-    *,
-    variants=None,
-    dtype=None,
-    numel: int | None = None,
-    op: str = "forward",
-    slug: str = env.REFERENCE_DEVICE_SLUG,
-) -> Records:
-    """The committed records of ``slug`` (``results/h100``), filtered to ``variants`` (names;
-    the copy is always kept), ``dtype``, ``numel`` and ``op``, labelled as a reference."""
+def reference(*, variants=None, dtype=None, numel: int | None = None, op: str = "forward",
+              slug: str = env.REFERENCE_DEVICE_SLUG) -> Records:
+    """The committed records of ``slug``, filtered to ``variants`` (names; the copy is always kept),
+    ``dtype``, ``numel`` and ``op``, labelled as a reference."""
     wanted = None if variants is None else {*variants, COPY}
     chosen = [r for r in _select(load_reference(slug), numel=numel, dtype=dtype, op=op)
               if wanted is None or r["variant"] in wanted]
@@ -248,13 +210,8 @@ def reference(
 
 def _select(records: list[dict], *, numel=None, dtype=None, op=None) -> list[dict]:
     wanted_dtype = dtype_name(dtype) if dtype is not None else None
-    return [
-        r
-        for r in records
-        if (op is None or r["op"] == op)
-        and (wanted_dtype is None or r["dtype"] == wanted_dtype)
-        and (numel is None or r["numel"] == numel)
-    ]
+    return [r for r in records if (op is None or r["op"] == op) and (wanted_dtype is None or r["dtype"] == wanted_dtype)
+            and (numel is None or r["numel"] == numel)]
 
 
 def _copy_of(record: dict, records: list[dict]) -> dict | None:
@@ -284,18 +241,15 @@ def with_roofline_ratios(records: list[dict]) -> list[dict]:
     return [{**r, "pct_of_copy": pct_of_copy(r, records)} for r in records]
 
 
-def config_label(config: dict | None) -> str:
-    """``"256 threads × 4 vectors, one-shot grid"`` for a launch configuration ('' for none)."""
-    if not config:
-        return ""
-    grid = "one-shot grid" if not config.get("max_blocks_per_sm") else f"≤ {config['max_blocks_per_sm']} blocks/SM"
-    return f"{config['threads_per_block']} threads × {config['vectors_per_thread']} vectors, {grid}"
-
-
 def label(record: dict) -> str:
-    """The variant's name, with its launch configuration where it has one."""
-    config = config_label(record.get("config"))
-    return f"{record['variant']} ({config})" if config else record["variant"]
+    """The variant's name, with its launch configuration where it has one:
+    ``"selu_vectorized (256 threads × 4 vectors, one-shot grid)"``."""
+    config = record.get("config")
+    if not config:
+        return record["variant"]
+    grid = "one-shot grid" if not config.get("max_blocks_per_sm") else f"≤ {config['max_blocks_per_sm']} blocks/SM"
+    threads, vectors = config["threads_per_block"], config["vectors_per_thread"]
+    return f"{record['variant']} ({threads} threads × {vectors} vectors, {grid})"
 
 
 def find(records: list[dict], variant: str, *, config: dict | None = None, dtype=None, numel=None,
@@ -307,57 +261,36 @@ def find(records: list[dict], variant: str, *, config: dict | None = None, dtype
     return None
 
 
-def table(
-    records: list[dict],
-    *,
-    numel: int | None = None,
-    dtype: torch.dtype | str | None = None,
-    op: str = "forward",
-    title: str | None = None,
-) -> str:
-    """A Markdown table: variant, dtype, numel, median ms, GB/s, % of copy.
+def markdown_table(header: list[str], rows: list[list], align: list[str] | None = None) -> str:
+    """A Markdown table of ``rows`` under ``header``; ``align``: ``"---"`` or ``"---:"`` (right) per column."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align or ["---"] * len(header)) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
-    Filtered to ``op`` and, where given, one ``numel`` and one ``dtype``; fastest
-    first within each (dtype, size). A device column is added when the records
-    come from more than one device.
-    """
+
+def table(records: list[dict], *, numel: int | None = None, dtype: torch.dtype | str | None = None,
+          op: str = "forward", title: str | None = None) -> str:
+    """A Markdown table of ``op``'s records (at ``numel`` and ``dtype`` where given): variant, dtype,
+    numel, median ms, GB/s, % of copy, fastest first, with a device column if they come from several."""
     rows = with_roofline_ratios(_select(records, numel=numel, dtype=dtype, op=op))
     rows = sorted(rows, key=lambda r: (r["dtype"], r["numel"], r["median_ms"]))
     several_devices = len({r.get("device_slug") for r in rows}) > 1
     header = ["variant", "dtype", "numel", "median ms", "GB/s", "% of copy"]
     align = ["---", "---", "---:", "---:", "---:", "---:"]  # numbers right-aligned
+    cells = [[f"**{r['variant']}**" if r["variant"] == COPY else label(r), r["dtype"], f"{r['numel']:,}",
+              f"{r['median_ms']:.4g}", f"{r['gbps']:.1f}",
+              "n/a" if r["pct_of_copy"] is None else f"{r['pct_of_copy']:.1f}%"] for r in rows]
     if several_devices:
-        header.insert(0, "device")
-        align.insert(0, "---")
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    for r in rows:
-        pct = r.get("pct_of_copy")
-        cells = [
-            f"**{r['variant']}**" if r["variant"] == COPY else label(r),
-            r["dtype"],
-            f"{r['numel']:,}",
-            f"{r['median_ms']:.4g}",
-            f"{r['gbps']:.1f}",
-            "n/a" if pct is None else f"{pct:.1f}%",
-        ]
-        if several_devices:
-            cells.insert(0, r.get("device_slug", "?"))
-        lines.append("| " + " | ".join(cells) + " |")
+        header, align = ["device", *header], ["---", *align]
+        cells = [[r.get("device_slug", "?"), *row] for r, row in zip(rows, cells)]
     if not rows:
-        lines.append("| " + " | ".join(["(no records)"] + [""] * (len(header) - 1)) + " |")
+        cells = [["(no records)"] + [""] * (len(header) - 1)]
     if title is None and isinstance(records, Records):
         title = records.source
-    return (f"*{title}*\n\n" if title else "") + "\n".join(lines)
+    return (f"*{title}*\n\n" if title else "") + markdown_table(header, cells, align)
 
 
-def display_table(
-    records: list[dict],
-    *,
-    numel: int | None = None,
-    dtype: torch.dtype | str | None = None,
-    op: str = "forward",
-    title: str | None = None,
-) -> None:
+def display_table(records: list[dict], *, numel: int | None = None, dtype: torch.dtype | str | None = None,
+                  op: str = "forward", title: str | None = None) -> None:
     """:func:`table`, rendered as Markdown in Jupyter and printed elsewhere."""
     text = table(records, numel=numel, dtype=dtype, op=op, title=title)
     if env.in_jupyter():
@@ -368,15 +301,8 @@ def display_table(
         print(text)
 
 
-# --------------------------------------------------------------------------- figures
-
-
 def figure_path(name: str, slug: str | None = None) -> Path:
-    """Where figure ``name`` goes: ``results_dir()/<slug>/figures/<name>.png``.
-
-    ``slug`` defaults to this machine's device; ``.png`` is added when ``name``
-    has no suffix. The folder is not created here (saving does that).
-    """
-    slug = slug or env.device_slug()
-    path = results_dir() / slug / "figures" / name
+    """``results_dir()/<slug>/figures/<name>.png`` (``slug``: this machine's device; ``.png`` added
+    where ``name`` has no suffix); the folder is created when a figure is saved."""
+    path = results_dir() / (slug or env.device_slug()) / "figures" / name
     return path if path.suffix else path.with_suffix(".png")

@@ -16,15 +16,21 @@ as the test, so that the results can equal ``torch.selu`` and ``aten.elu_backwar
 bit. A CUDA tensor runs the Triton kernels; every other device runs the same formulas with
 torch's own operators, so the operator works everywhere (kernels for the CPU).
 
-Everything Triton is defined only where triton imports: :func:`available` says whether it
-does, and :func:`register` returns False without it. This module itself always imports.
+Everything Triton is defined only where triton imports and torch has ``triton_op`` and
+``wrap_triton`` (torch 2.6 on): :func:`available` says whether both hold, :func:`missing`
+says what is missing, and :func:`register` returns False without them. This module itself
+always imports.
 """
 from __future__ import annotations
 
 import torch
-from torch.library import triton_op, wrap_triton
 
 from helpers import check, ops
+
+try:  # torch.library.triton_op and wrap_triton exist from torch 2.6 on
+    from torch.library import triton_op, wrap_triton
+except ImportError:
+    triton_op = wrap_triton = None
 
 try:
     import triton
@@ -47,9 +53,21 @@ BLOCK = 1024
 NUM_WARPS = 4
 
 
+def missing() -> str | None:
+    """What this machine lacks for the Triton operators, in a sentence; None where nothing."""
+    if triton is None:
+        return ("needs triton, which does not import here. Install it (pip install triton, on a machine "
+                "with a CUDA GPU), or use torch.selu.")
+    if wrap_triton is None:
+        return (f"needs torch.library.triton_op and wrap_triton, which torch {torch.__version__} does not have "
+                "(they came with torch 2.6). Upgrade torch, or use torch.selu.")
+    return None
+
+
 def available() -> bool:
-    """Whether triton imports here (the kernels need it and a CUDA GPU to run)."""
-    return triton is not None
+    """Whether triton imports here and torch can register Triton operators (the kernels need
+    a CUDA GPU to run)."""
+    return missing() is None
 
 
 def _jit(fn):
@@ -202,7 +220,7 @@ _registered = False
 def register() -> bool:
     """Define ``selu_course::selu_triton`` and ``selu_course::selu_triton_backward`` (once: a
     second call does nothing) with their CPU kernels and autograd rules. Returns whether they
-    exist, which they do wherever triton imports; without triton it defines nothing."""
+    exist, which they do wherever :func:`available`; elsewhere it defines nothing."""
     global _registered
     if _registered or not available():
         return _registered
@@ -233,10 +251,7 @@ def _cpu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def _require() -> None:
     if not register():
-        raise RuntimeError(
-            f"{ops.qualified(FORWARD)} needs triton, which does not import here. Install it "
-            "(pip install triton, on a machine with a CUDA GPU), or use torch.selu."
-        )
+        raise RuntimeError(f"{ops.qualified(FORWARD)} {missing()}")
 
 
 def selu_triton(x: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,8 @@
 """Choose ``selu_vectorized``'s launch configuration on the GPU at hand, per dtype, and remember it.
 
 >>> from helpers import build, tuning
->>> build.load("selu_vectorized")        # on a GPU this calls tuning.configure()   # doctest: +SKIP
->>> tuning.configure("cuda")             # cached: instant after the first time    # doctest: +SKIP
-{torch.float32: (128, 2, 0), ...}
+>>> build.load("selu_vectorized")        # compiles and registers: the C++ default launch  # doctest: +SKIP
+>>> tuning.configure("cuda")             # measures, or reads the cache: the tuned launch  # doctest: +SKIP
 
 Why measure rather than compute. Little's law says how many bytes must be in flight
 (bandwidth × latency), and on the H100 and the H200 every candidate below puts more
@@ -39,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from . import bench, env, ops
+from . import bench, build, env, ops
 
 CACHE_DIR = env.BUILD_DIR / "tuning"
 THREADS = (128, 256, 512)
@@ -48,11 +47,6 @@ THREADS_PER_SM = 2048  # Hopper, and every GPU since Volta except a few consumer
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 REFERENCE_NUMEL = env.REFERENCE_NUMEL
 MEMORY_FRACTION = 0.4  # input and output together take at most this much of the free memory
-DEFAULT_CONFIG = (128, 2, 0)  # kernels/selu_vectorized.cu's default_config() (a test reads it there)
-# kernels/selu_vectorized.cu's kMinBlocksPerSM: the launcher shrinks a launch until a tensor
-# gets at least this many blocks per SM (for_size there; a test reads the constant in the source).
-MIN_BLOCKS_PER_SM = 8
-VECTOR_BYTES = 16
 FINALISTS = 4  # the fastest of the first pass, timed again beside the default
 ROUNDS = 5
 # do_bench's warm-up and repetitions (ms) in the first pass, which only ranks the 24 launches
@@ -70,27 +64,6 @@ def candidates() -> list[tuple[int, int, int]]:
     """``(threads_per_block, vectors_per_thread, max_blocks_per_sm)`` of every configuration tried."""
     return [(threads, vectors, blocks_per_sm)
             for threads in THREADS for vectors in VECTORS for blocks_per_sm in (0, THREADS_PER_SM // threads)]
-
-
-def blocks_for(numel: int, dtype: torch.dtype, threads: int, vectors: int) -> int:
-    """Blocks of a one-shot grid over ``numel`` elements: one per tile of ``threads`` x ``vectors``
-    16-byte vectors."""
-    num_vectors = numel // (VECTOR_BYTES // torch.empty((), dtype=dtype).element_size())
-    return -(-num_vectors // (threads * vectors))
-
-
-def launch_for_size(config: tuple[int, int, int], numel: int, dtype: torch.dtype, sms: int) -> tuple[int, int]:
-    """The (threads, vectors) the launcher runs ``config`` with on a tensor of ``numel`` elements,
-    on a GPU of ``sms`` SMs: for_size of kernels/selu_vectorized.cu, step for step. Vectors
-    per thread are halved, then threads per block (down to 128), while the grid has fewer
-    than :data:`MIN_BLOCKS_PER_SM` blocks per SM."""
-    threads, vectors, _ = config
-    wanted = MIN_BLOCKS_PER_SM * sms
-    while blocks_for(numel, dtype, threads, vectors) < wanted and vectors > 1:
-        vectors //= 2
-    while blocks_for(numel, dtype, threads, vectors) < wanted and threads > 128:
-        threads //= 2
-    return threads, vectors
 
 
 def tuning_numel(dtype: torch.dtype, free_bytes: int) -> int:
@@ -122,7 +95,7 @@ def tune(dtype: torch.dtype, device=None, numel: int | None = None) -> dict:
     torch.cuda.empty_cache()
     best = choose(rounds, round_copies)
     return {"dtype": bench.dtype_name(dtype), "numel": numel, "copy_ms": copy_ms, "config": list(best),
-            "label": _label(best), "kept_default": best == DEFAULT_CONFIG,
+            "label": _label(best), "kept_default": best == ops.default_launch_config(),
             "first_pass_window_ms": list(FIRST_PASS_WINDOW_MS), "rounds_window_ms": list(ROUNDS_WINDOW_MS),
             "times_ms": {_key(c): ms for c, ms in times.items()},
             "rounds_ms": {_key(c): ms for c, ms in rounds.items()}, "rounds_copy_ms": round_copies}
@@ -139,7 +112,7 @@ def _time_candidates(x: torch.Tensor) -> tuple[float, dict, dict, list[float]]:
     first_copy_ms = bench.time_fn(copy, device=x.device).median_ms
     times = {config: bench.time_fn(launch(config), device=x.device, window_ms=FIRST_PASS_WINDOW_MS).median_ms
              for config in candidates()}
-    finalists = list(dict.fromkeys([*sorted(times, key=times.get)[:FINALISTS], DEFAULT_CONFIG]))
+    finalists = list(dict.fromkeys([*sorted(times, key=times.get)[:FINALISTS], ops.default_launch_config()]))
     # Each round times the copy first, then every finalist.
     rounds = bench.take_turns({bench.COPY: copy, **{config: launch(config) for config in finalists}}, ROUNDS,
                               device=x.device, window_ms=ROUNDS_WINDOW_MS)
@@ -151,18 +124,21 @@ def _key(config: tuple[int, int, int]) -> str:
     return ",".join(map(str, config))
 
 
-def choose(rounds: dict[tuple[int, int, int], list[float]], round_copies: list[float] | None = None) -> tuple[int, int, int]:
+def choose(rounds: dict[tuple[int, int, int], list[float]], round_copies: list[float] | None = None,
+           default: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
     """The launch to keep, from each finalist's times in every round and the copy's time in the
     same rounds: each time is taken as a multiple of its round's copy (without copies, as it is).
-    The finalist with the lowest median multiple, if that median beats the default's best round;
-    otherwise the default (a difference within the spread of the rounds is not a finding)."""
+    The finalist with the lowest median multiple, if that median beats the best round of
+    ``default`` (the kernel's default launch where None); otherwise ``default`` (a difference
+    within the spread of the rounds is not a finding)."""
+    default = default or ops.default_launch_config()
     copies = round_copies or [1.0] * len(next(iter(rounds.values())))
     if any(len(times) != len(copies) for times in rounds.values()):
         raise ValueError(f"tuning.choose: every finalist needs one time per round, and the copy {len(copies)}; "
                          f"got {sorted({len(t) for t in rounds.values()})} times per finalist")
     shares = {config: [ms / copy for ms, copy in zip(times, copies)] for config, times in rounds.items()}
     best = min(shares, key=lambda config: statistics.median(shares[config]))
-    return best if statistics.median(shares[best]) < min(shares[DEFAULT_CONFIG]) else DEFAULT_CONFIG
+    return best if statistics.median(shares[best]) < min(shares[default]) else default
 
 
 def cache_path(device, library_name: str) -> Path:
@@ -171,8 +147,6 @@ def cache_path(device, library_name: str) -> Path:
 
 
 def _cuda_library_name() -> str:
-    from . import build
-
     library = build.loaded_library("selu_vectorized.cu")
     if library is None:
         raise RuntimeError("tuning: the CUDA kernel of selu_vectorized is not loaded; call "

@@ -40,6 +40,7 @@ __global__ void selu_backward_kernel(const T* grad, const T* saved, T* grad_in, 
 }
 // endregion
 
+// region: launch
 // One element per thread per step, for pointers that are not a multiple of sizeof(T).
 template <typename T, typename Op>
 __global__ void selu_backward_scalar_kernel(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op) {
@@ -87,6 +88,7 @@ void launch_backward(const T* grad, const T* saved, T* grad_in, int64_t numel, O
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+// endregion
 
 void check_input(const at::Tensor& t, const char* op) {
   check_device(t, c10::DeviceType::CUDA, op);

@@ -12,6 +12,7 @@
 
 #include "cpu_loop.h"
 #include "elementwise.h"
+#include "launch.h"
 #include "selu_checks.h"
 #include "selu_math.cuh"
 
@@ -110,6 +111,16 @@ TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
   m.impl("selu_vectorized_", &selu_vectorized_inplace);
   m.impl("selu_vectorized_with_config", &selu_vectorized_with_config);
   m.impl("copy_vectorized", &copy_vectorized);
+}
+
+// The arithmetic of selu_vectorized's launch (launch.h), answered on every machine:
+// these take no tensor, so they run as CompositeExplicitAutograd, the kernel the
+// dispatcher picks for an operator called without tensors.
+TORCH_LIBRARY_IMPL(selu_course, CompositeExplicitAutograd, m) {
+  m.impl("default_launch_config", &default_launch_config_op);
+  m.impl("launch_for_size", &launch_for_size_op);
+  m.impl("check_launch_config", &check_launch_config_op);
+  m.impl("check_elements_per_thread", &check_elements_per_thread_op);
 }
 
 }  // namespace selu_course

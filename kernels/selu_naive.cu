@@ -12,6 +12,7 @@
 namespace selu_course {
 namespace {
 
+// region: host
 void check_input(const at::Tensor& x, const char* op) {
   check_device(x, c10::DeviceType::CUDA, op);
   check_floating(x, op);
@@ -26,6 +27,7 @@ at::Tensor selu_naive(const at::Tensor& x) {
   const c10::cuda::CUDAGuard device_guard(x.device());
   return unary_new_tensor(x, selu_dense);
 }
+// endregion
 
 void selu_naive_out(const at::Tensor& x, at::Tensor& out) {
   constexpr const char* op = "selu_course::selu_naive.out";

@@ -38,7 +38,6 @@ __global__ void selu_naive_kernel(const float* x, float* y, int64_t numel, Op op
 }
 // endregion
 
-// region: unrolled
 // The control experiment of notebook 03 (section 1): the naive kernel with ELEMENTS elements
 // per thread, their ELEMENTS 4-byte loads all issued before the first is used.
 // A 16-byte vector changes three things at once against one 4-byte load: the
@@ -49,6 +48,7 @@ __global__ void selu_naive_kernel(const float* x, float* y, int64_t numel, Op op
 // more of them in flight. Element k of a block's tile of ELEMENTS x blockDim.x
 // goes to thread k % blockDim.x, so that at every step a warp touches 32
 // consecutive floats.
+// region: unrolled
 template <int ELEMENTS, typename Op>
 __global__ void selu_naive_unrolled_kernel(const float* x, float* y, int64_t numel, Op op) {
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x * ELEMENTS + threadIdx.x;
@@ -96,7 +96,9 @@ void launch_naive(const at::Tensor& src, at::Tensor& out, Op op) {
   // unrelated CUDA call.
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+// endregion
 
+// region: launch_unrolled
 template <int ELEMENTS, typename Op>
 void launch_naive_unrolled_as(const at::Tensor& src, at::Tensor& out, Op op) {
   const int64_t numel = src.numel();

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "elementwise.h"
+#include "launch.h"
 #include "selu_checks.h"
 #include "selu_math.cuh"
 #include "vectorized_loops.cuh"
@@ -43,7 +44,7 @@
 namespace selu_course {
 namespace {
 
-constexpr int64_t kMaxBlocks = 2147483647;  // gridDim.x is at most 2^31 - 1
+static_assert(kLaunchVectorBytes == kVectorBytes, "launch.h counts the vectors of vectors.cuh");
 
 // region: element
 // selu of one element in the math type (float for fp16/bf16, T itself for fp32
@@ -105,31 +106,16 @@ __global__ void copy_scalar_kernel(const T* x, T* y, int64_t numel) {
 // endregion
 
 // ---------------------------------------------------------------------------
-// Host side: choosing the grid and the kernel.
+// Host side: choosing the grid and the kernel. The arithmetic of the launch
+// (default_config, for_size, grid_for) is in launch.h.
 // ---------------------------------------------------------------------------
-
-struct LaunchConfig {
-  int threads_per_block;
-  int vectors_per_thread;
-  int64_t max_blocks_per_sm;  // 0: one block per tile (one-shot grid)
-};
-
-// region: default_config
-// The launch before helpers.tuning has measured this GPU (build.load tunes it at
-// once, so only a caller that skips that sees this): 128 threads, two 16-byte
-// vectors per thread, one-shot grid. It is what torch's own elementwise kernels
-// do for fp32 (8 elements per thread in 128-thread blocks), a sound start on
-// any GPU; the best on a given one is measured, not assumed (notebook 03,
-// section 5).
-LaunchConfig default_config(at::ScalarType) { return LaunchConfig{128, 2, 0}; }
-// endregion
 
 // region: launch_table
 // The launch configuration in use, per GPU and dtype. What is fastest depends on
 // the GPU: the H200 moves 1.43x the H100's bytes with the same SMs, and needs
 // more of them in flight per thread. helpers.tuning times the candidates on the
 // GPU at hand and sets the winner here (selu_course::set_launch_config), cached
-// per GPU model; until then, default_config.
+// per GPU model; until then, default_config (launch.h).
 struct LaunchTable {
   std::mutex mutex;
   std::map<std::pair<c10::DeviceIndex, at::ScalarType>, LaunchConfig> configs;
@@ -175,8 +161,6 @@ std::vector<int64_t> launch_config(c10::Device device, at::ScalarType dtype) {
 }
 // endregion
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 int multiprocessor_count(c10::DeviceIndex device) {
   int count = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
@@ -184,17 +168,10 @@ int multiprocessor_count(c10::DeviceIndex device) {
 }
 
 // region: grid
-// gridDim.x for a kernel that needs `blocks_needed` blocks to cover the tensor
-// once: all of them for a one-shot grid, at most k per SM for a capped grid
-// (the kernels' grid-stride loops do the rest). At least one block, so that
-// the tail of a tensor smaller than a vector is still done.
+// gridDim.x: launch.h's grid_for on this GPU, whose SMs are counted only for a
+// capped grid.
 unsigned int grid_size(int64_t blocks_needed, const LaunchConfig& config, c10::DeviceIndex device) {
-  int64_t limit = kMaxBlocks;
-  if (config.max_blocks_per_sm > 0) {
-    const int64_t sms = multiprocessor_count(device);
-    limit = std::min(config.max_blocks_per_sm, kMaxBlocks / sms) * sms;
-  }
-  return static_cast<unsigned int>(std::max<int64_t>(1, std::min(blocks_needed, limit)));
+  return grid_for(blocks_needed, config, config.max_blocks_per_sm > 0 ? multiprocessor_count(device) : 0);
 }
 
 // One launch of the tile loop: the SELU kernel, or with COPY the same loop with no math.
@@ -255,33 +232,6 @@ void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& conf
 }
 // endregion
 
-// region: small_tensors
-// A configuration tuned on 6.4 GB gives a smaller tensor few, long-lived blocks:
-// 2^16 bf16 elements in tiles of 256 threads x 8 vectors are 4 blocks, on a GPU
-// of 132 SMs, and most SMs then sit idle. Below kMinBlocksPerSM blocks per SM,
-// halve the vectors per thread, then the threads per block, until there are
-// enough or nothing is left to halve. Measured on an H200 in fp32 from 2^20 to
-// 2^23 elements: 128 threads x 2 vectors (8 or more blocks per SM from 2^21 on)
-// is as fast as torch.selu there, and halving further to reach 32 blocks per
-// SM was slower at 2^21 and 2^22. The reference size, with hundreds of
-// thousands of tiles, is untouched.
-constexpr int64_t kMinBlocksPerSM = 8;
-
-template <typename T>
-LaunchConfig for_size(LaunchConfig config, int64_t numel, c10::DeviceIndex device) {
-  const int64_t wanted = kMinBlocksPerSM * multiprocessor_count(device);
-  const int64_t num_vectors = numel / kElementsPerVector<T>;
-  auto blocks = [&] { return ceil_div(num_vectors, int64_t{config.threads_per_block} * config.vectors_per_thread); };
-  while (blocks() < wanted && config.vectors_per_thread > 1) {
-    config.vectors_per_thread /= 2;
-  }
-  while (blocks() < wanted && config.threads_per_block > 128) {
-    config.threads_per_block /= 2;
-  }
-  return config;
-}
-// endregion
-
 // region: launch
 // COPY: the copy kernels (copy_vectorized), otherwise the SELU kernels.
 template <bool COPY, typename T>
@@ -314,7 +264,7 @@ void check_input(const at::Tensor& x, const char* op) {
 // the kernel walks both linearly. AT_DISPATCH_FLOATING_TYPES_AND2 instantiates
 // the launcher for fp64, fp32, fp16 and bf16, naming the type scalar_t.
 // `exact`: launch `config` as given (selu_vectorized_with_config, which measures
-// configurations); otherwise fit it to the tensor's size first (for_size).
+// configurations); otherwise fit it to the tensor's size first (for_size, launch.h).
 // `copy`: the copy kernels instead of the SELU kernels (copy_vectorized).
 void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& config, bool exact = false,
                 bool copy = false) {
@@ -324,7 +274,8 @@ void selu_dense(const at::Tensor& src, at::Tensor& out, const LaunchConfig& conf
   }
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "selu_vectorized", [&] {
-    const LaunchConfig launch = exact ? config : for_size<scalar_t>(config, numel, stream.device_index());
+    const LaunchConfig launch =
+        exact ? config : for_size(config, numel, sizeof(scalar_t), multiprocessor_count(stream.device_index()));
     const scalar_t* x = src.const_data_ptr<scalar_t>();
     scalar_t* y = out.mutable_data_ptr<scalar_t>();
     if (copy) {

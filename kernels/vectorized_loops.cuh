@@ -13,6 +13,7 @@
 
 #include <ATen/OpMathType.h>
 
+#include "realign.cuh"
 #include "vectors.cuh"
 
 namespace selu_course {
@@ -43,7 +44,7 @@ __device__ __forceinline__ T load_element(const T* address) {
 // by one; across a warp those loads still cover whole contiguous lines, and
 // the stores stay 16 bytes wide. fp16 and bf16 would need 8 loads and the
 // instructions to assemble them, so they are realigned in registers instead
-// (region realign, below) and never come here.
+// (realign.cuh) and never come here.
 template <bool IN_PLACE, bool ALIGNED, typename T>
 __device__ __forceinline__ Pack<T> load_pack(const T* input, int64_t i) {
   Pack<T> pack;
@@ -64,163 +65,6 @@ __device__ __forceinline__ Pack<T> load_pack(const T* input, int64_t i) {
 }
 // endregion
 
-// region: realign
-// A misaligned fp16 or bf16 input, read 16 bytes at a time anyway. Vector i of
-// the input starts `words` 32-bit words and `shift` bits past a 16-byte boundary
-// (the same for every i: vectors are 16 bytes apart), so it is the end of the
-// aligned 16-byte chunk i that holds its first element and the start of chunk
-// i + 1. Each lane loads its chunk i with one aligned 16-byte load, and takes
-// chunk i + 1 from the lane that loaded it as its own, with a shuffle. For that
-// the chunk must be in the same warp, so here each warp takes a run of
-// consecutive vectors (vector_index): at each step its lanes hold 32 consecutive
-// chunks, the chunk after lane 31's is lane 0's at the next step, and only the
-// chunk after the warp's whole run is loaded twice (for lane 31 at the last
-// step, and by the warp that owns it). So each byte is requested from memory
-// about once, as in the aligned kernel, where reading each vector as five 4-byte
-// words would request the same sectors up to five times over.
-//
-// Chunk 0 starts up to 14 bytes before the input's first element: memory of the
-// same allocation, since CUDA's allocators return memory aligned to 256 bytes.
-// It is read, never written. The chunk after the last vector's is kept inside
-// the tensor by map_tiles, which leaves one vector's worth of elements
-// (kSlackElements) to its one-by-one tail.
-struct Realignment {
-  const uint4* chunks;  // the 16-byte boundary at or before the input's first element
-  unsigned words;       // whole 32-bit words from there to the first element: 0 to 3
-  unsigned shift;       // and the bits past them: 0 or 16
-};
-
-template <typename T>
-__device__ __forceinline__ Realignment realignment(const T* first) {
-  static_assert(sizeof(T) == 2, "fp16 and bf16 only");
-  const auto address = reinterpret_cast<std::uintptr_t>(first);
-  const auto bytes = static_cast<unsigned>(address % kVectorBytes);
-  return {reinterpret_cast<const uint4*>(address - bytes), bytes / 4, (bytes % 4) * 8};
-}
-
-// Whether map_tiles realigns its inputs in registers: fp16 and bf16 whose
-// inputs are not all 16-byte aligned where out is.
-template <typename T, bool ALIGNED>
-constexpr bool kRealigns = !ALIGNED && sizeof(T) == 2;
-
-// Elements the vector loop leaves to the tail, so that the chunk after the last
-// vector's, which a realigned load reads, lies inside the tensor.
-template <typename T, bool ALIGNED>
-constexpr int64_t kSlackElements = kRealigns<T, ALIGNED> ? kElementsPerVector<T> : 0;
-
-// The vector that this thread handles at step v of the tile that starts at
-// tile_start (blockDim.x * VECTORS_PER_THREAD vectors). Either way each step of
-// a warp covers 32 consecutive vectors, 512 contiguous bytes: every access is
-// fully coalesced. WARP_RUNS (realigned inputs): warp w takes vectors
-// [32 * VECTORS_PER_THREAD * w, 32 * VECTORS_PER_THREAD * (w + 1)) of the tile,
-// 32 per step. Otherwise thread t takes t, t + blockDim.x, t + 2 * blockDim.x, ...
-template <bool WARP_RUNS, int VECTORS_PER_THREAD>
-__device__ __forceinline__ int64_t vector_index(int64_t tile_start, int v) {
-  if constexpr (WARP_RUNS) {
-    const int64_t run_start = tile_start + static_cast<int64_t>(threadIdx.x / 32) * 32 * VECTORS_PER_THREAD;
-    return run_start + v * 32 + threadIdx.x % 32;
-  } else {
-    return tile_start + static_cast<int64_t>(v) * blockDim.x + threadIdx.x;
-  }
-}
-
-// One vector of a realigned input, for all lanes of the warp at once (all 32
-// must call it: it shuffles). `own` is this lane's chunk; `sent` is what this
-// lane passes to the lane before it (its own chunk, or lane 0's next one, which
-// lane 31 needs); `after` is the chunk lane 31 loaded itself at the last step,
-// used where `use_after`. WORDS is the word offset where it is known at compile
-// time (map_vectors makes it so for one input, and the realignment then selects
-// nothing at run time), or -1 for the run-time `realignment.words`.
-template <int WORDS>
-__device__ __forceinline__ uint4 realign(uint4 own, uint4 sent, uint4 after, bool use_after,
-                                         const Realignment& realignment) {
-  uint32_t chunks[8] = {own.x, own.y, own.z, own.w, 0, 0, 0, 0};
-  const uint32_t sent_words[4] = {sent.x, sent.y, sent.z, sent.w};
-  const uint32_t after_words[4] = {after.x, after.y, after.z, after.w};
-  // The next chunk's first words, from the next lane (lane 31's from lane 0):
-  // with the offset known, only those the vector reaches into.
-  constexpr int kShared = WORDS < 0 ? 4 : WORDS + 1;
-  const unsigned next_lane = (threadIdx.x + 1) % 32;
-#pragma unroll
-  for (int k = 0; k < kShared; ++k) {
-    const uint32_t shared = __shfl_sync(0xffffffffu, sent_words[k], next_lane);
-    chunks[4 + k] = use_after ? after_words[k] : shared;
-  }
-  // The five words the vector overlaps: chunks[words] to chunks[words + 4].
-  uint32_t window[5];
-  if constexpr (WORDS >= 0) {
-#pragma unroll
-    for (int k = 0; k < 5; ++k) {
-      window[k] = chunks[WORDS + k];
-    }
-  } else {
-    // A register array indexed at run time would live in local memory: select
-    // instead, by two words and then by one.
-    uint32_t by_two[6];
-#pragma unroll
-    for (int k = 0; k < 6; ++k) {
-      by_two[k] = (realignment.words & 2) ? chunks[k + 2] : chunks[k];
-    }
-#pragma unroll
-    for (int k = 0; k < 5; ++k) {
-      window[k] = (realignment.words & 1) ? by_two[k + 1] : by_two[k];
-    }
-  }
-  // Each word of the vector: the high half of one word and the low half of the
-  // next (little-endian: the element at the lower address is the low half).
-  return make_uint4(__funnelshift_r(window[0], window[1], realignment.shift),
-                    __funnelshift_r(window[1], window[2], realignment.shift),
-                    __funnelshift_r(window[2], window[3], realignment.shift),
-                    __funnelshift_r(window[3], window[4], realignment.shift));
-}
-
-// Step 1 of map_tiles for realigned inputs: the tile's vectors of every input,
-// into packs. The shuffles need every lane of the warp, so this runs outside
-// the `i < num_vectors` test, on whatever a lane past the end holds. WHOLE:
-// the tile and the chunk after it lie inside the tensor (whole_realigned_tile),
-// so no load is tested.
-template <bool WHOLE, int WORDS, typename T, int VECTORS_PER_THREAD, int INPUTS>
-__device__ __forceinline__ void realigned_loads(Pack<T> (&packs)[INPUTS][VECTORS_PER_THREAD],
-                                                const T* (&inputs)[INPUTS], int64_t tile_start,
-                                                int64_t num_vectors) {
-  Realignment realignments[INPUTS];
-#pragma unroll
-  for (int k = 0; k < INPUTS; ++k) {
-    realignments[k] = realignment(inputs[k]);
-  }
-  const unsigned lane = threadIdx.x % 32;
-  // All loads first, so that they are in flight together: chunks 0 to
-  // num_vectors (the last one is the chunk after the last vector's), and the
-  // chunk after the warp's run, which lane 31 needs. Every lane loads that one,
-  // at the same address: one request for the warp, and fewer instructions
-  // than a load for lane 31 alone, which needs a test and zeros for the rest.
-  uint4 own[INPUTS][VECTORS_PER_THREAD], after[INPUTS];
-  const uint4 none = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-    const int64_t i = vector_index<true, VECTORS_PER_THREAD>(tile_start, v);
-#pragma unroll
-    for (int k = 0; k < INPUTS; ++k) {
-      own[k][v] = (WHOLE || i <= num_vectors) ? __ldg(realignments[k].chunks + i) : none;
-    }
-  }
-  // The vector at step VECTORS_PER_THREAD, less the lane: the run's end, the same in every lane.
-  const int64_t after_run = vector_index<true, VECTORS_PER_THREAD>(tile_start, VECTORS_PER_THREAD) - lane;
-#pragma unroll
-  for (int k = 0; k < INPUTS; ++k) {
-    after[k] = (WHOLE || after_run <= num_vectors) ? __ldg(realignments[k].chunks + after_run) : none;
-  }
-#pragma unroll
-  for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
-    const bool last_step = v == VECTORS_PER_THREAD - 1;
-#pragma unroll
-    for (int k = 0; k < INPUTS; ++k) {
-      const uint4 sent = (lane == 0 && !last_step) ? own[k][last_step ? v : v + 1] : own[k][v];
-      packs[k][v].vector = realign<WORDS>(own[k][v], sent, after[k], lane == 31 && last_step, realignments[k]);
-    }
-  }
-}
-// endregion
 
 // region: tile_loop
 // op on one element of every input, in the math type: out = T(op(M(a), M(b)...)),
@@ -231,6 +75,21 @@ __device__ __forceinline__ void realigned_loads(Pack<T> (&packs)[INPUTS][VECTORS
 // then move the bytes and compute nothing, with no round trip through the math
 // type, which for fp16 and bf16 would change the payload of a NaN.
 struct Identity {};
+
+// The vector that this thread handles at step v of the tile that starts at
+// tile_start (blockDim.x * VECTORS_PER_THREAD vectors): thread t takes t,
+// t + blockDim.x, t + 2 * blockDim.x, ..., so each step of a warp covers 32
+// consecutive vectors, 512 contiguous bytes, and every access is fully
+// coalesced. WARP_RUNS (realigned inputs): each warp takes a run of consecutive
+// vectors instead (warp_run_vector, realign.cuh).
+template <bool WARP_RUNS, int VECTORS_PER_THREAD>
+__device__ __forceinline__ int64_t vector_index(int64_t tile_start, int v) {
+  if constexpr (WARP_RUNS) {
+    return warp_run_vector<VECTORS_PER_THREAD>(tile_start, v);
+  } else {
+    return tile_start + static_cast<int64_t>(v) * blockDim.x + threadIdx.x;
+  }
+}
 
 template <typename T, typename Op, typename... Inputs>
 __device__ __forceinline__ T apply(Op op, Inputs... values) {
@@ -266,8 +125,8 @@ __device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std:
   }
 }
 
-// A tile of realigned inputs (fp16 or bf16 read from a misaligned view, region
-// realign; notebook 03b) that lies whole inside the tensor: its vectors, and
+// A tile of realigned inputs (fp16 or bf16 read from a misaligned view, realign.cuh;
+// notebook 03b) that lies whole inside the tensor: its vectors, and
 // the chunk after its last, are all at most num_vectors. Every tile but the
 // last is one. So map_tiles' steps 1 and 2, without a bounds test: realigned
 // vectors cost more instructions than aligned ones, and where a GPU issues
@@ -295,7 +154,7 @@ __device__ __forceinline__ void whole_realigned_tile(Op op, typename VectorOf<T>
 // head that is almost always empty. The launcher picks ALIGNED when every input
 // is then 16-byte aligned too (fresh tensors, an in-place x[1:], x[1:] into
 // y[1:]); otherwise fp32 and fp64 inputs are read element by element
-// (load_pack) and fp16 and bf16 inputs realigned in registers (region realign).
+// (load_pack) and fp16 and bf16 inputs realigned in registers (realign.cuh).
 //
 // The vectors are cut into tiles of blockDim.x * VECTORS_PER_THREAD; block b
 // handles tiles b, b + gridDim.x, ... (a grid-stride loop over tiles: once per
@@ -306,7 +165,7 @@ __device__ __forceinline__ void whole_realigned_tile(Op op, typename VectorOf<T>
 // every access is fully coalesced.
 //
 // IN_PLACE says whether out is one of the inputs: then that input is written by
-// this kernel, and the loads must be plain ones. WORDS: see realign.
+// this kernel, and the loads must be plain ones. WORDS: see realign (realign.cuh).
 template <typename T, int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, int WORDS, typename Op, typename... Inputs>
 __device__ __forceinline__ void map_tiles(Op op, T* out, int64_t numel, const Inputs*... inputs) {
   using Vector = typename VectorOf<T>::type;

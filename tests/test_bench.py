@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import types
 
 import pytest
@@ -123,6 +124,12 @@ def test_take_turns_times_each_function_once_a_round_in_turn(monkeypatch):
         bench.take_turns({"a": lambda: None}, 0)
 
 
+@pytest.mark.parametrize("window_ms", [(0, 100), (25, -1), (25,)], ids=str)
+def test_time_fn_refuses_a_window_that_is_not_two_positive_lengths(window_ms):
+    with pytest.raises(ValueError, match="window_ms is \\(warm-up ms, repetitions ms\\), both positive"):
+        bench.time_fn(lambda: None, device="cpu", window_ms=window_ms)
+
+
 def test_time_fn_sees_that_ten_times_the_work_takes_longer():
     small, big = torch.randn(2**17), torch.randn(10 * 2**17)
     t_small = bench.time_fn(lambda: torch.selu(small), device="cpu")
@@ -175,6 +182,43 @@ def test_do_bench_without_all_mode_asks_for_median_and_quantiles(fake_triton):
     timing = bench._time_do_bench(lambda: None)
     assert (timing.median_ms, timing.q20_ms, timing.q80_ms) == (5.5, 2.8, 8.2)
     assert timing.n is None  # that call does not say how many samples it took
+
+
+def busy_wait_before(fn, microseconds: float):
+    """``fn`` behind a busy-wait of ``microseconds`` on the host: host work of known length."""
+    def slowed(x: torch.Tensor) -> torch.Tensor:
+        until = time.perf_counter() + microseconds * 1e-6
+        while time.perf_counter() < until:
+            pass
+        return fn(x)
+
+    return slowed
+
+
+def test_per_call_us_counts_host_work():
+    x = torch.zeros(8)
+    plain = bench.per_call_us(lambda: torch.neg(x), x.device, 0.02)
+    slowed = bench.per_call_us(lambda: busy_wait_before(torch.neg, 200)(x), x.device, 0.02)
+    assert 0 < plain < slowed and slowed >= 200
+
+
+def test_per_call_us_in_blocks_of_the_given_length(monkeypatch):
+    """One short block sizes the others: about block_s of calls each (here 100 µs calls, so at
+    most 200 in 20 ms), as many blocks as min_run_time_s holds and at least three."""
+    from torch.utils.benchmark import Timer
+
+    x, numbers = torch.zeros(8), []
+    timeit = Timer.timeit
+    monkeypatch.setattr(Timer, "timeit", lambda self, number=1000000: numbers.append(number) or timeit(self, number))
+    slowed = busy_wait_before(torch.neg, 100)
+    assert bench.per_call_us(lambda: slowed(x), x.device, 0.1, block_s=0.02) >= 100
+    assert numbers[0] == bench.PROBE_CALLS and len(numbers) == 1 + 5
+    assert len(set(numbers[1:])) == 1 and 1 <= numbers[1] <= 200
+    numbers.clear()
+    bench.per_call_us(lambda: slowed(x), x.device, 0.02, block_s=0.02)
+    assert len(numbers) == 1 + 3
+    with pytest.raises(ValueError, match="block_s .* must be positive"):
+        bench.per_call_us(lambda: None, "cpu", 0.02, block_s=0)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -245,7 +289,7 @@ def test_measure_uses_a_given_input_and_refuses_the_roofline_name():
 
 
 def test_sweep_measures_every_size():
-    records = bench.sweep({"torch_eager": torch.selu}, [2**12, 2**14], device="cpu", progress=False)
+    records = bench.sweep({"torch_eager": torch.selu}, [2**12, 2**14], device="cpu")
     assert sorted((r["numel"], r["variant"]) for r in records) == [
         (2**12, "copy"), (2**12, "torch_eager"), (2**14, "copy"), (2**14, "torch_eager"),
     ]  # fmt: skip
@@ -258,7 +302,6 @@ def test_peers_leave_out_a_compile_that_fails_with_a_note(monkeypatch, capsys):
     monkeypatch.setattr(bench, "compiled_selu", broken)
     assert list(bench.peers(device="cpu")) == ["torch_eager"]
     assert "torch_compile left out" in capsys.readouterr().out
-    assert list(bench.peers(device="cpu", include_compile=False)) == ["torch_eager"]
 
 
 # --------------------------------------------------------------------------- GPU

@@ -1,4 +1,4 @@
-"""helpers.bench.measure_repeated and spread_ms: one run's ratios, every run's medians."""
+"""helpers.bench.measure_repeated: one run's ratios, every run's medians."""
 import pytest
 import torch
 
@@ -25,7 +25,6 @@ def test_measure_repeated_returns_the_first_run_with_every_median(monkeypatch):
     for r in records:
         assert len(r["repeat_medians_ms"]) == 3
         assert r["repeat_medians_ms"][0] == pytest.approx(r["median_ms"], rel=1e-5)  # the first run's record
-        assert bench.spread_ms(r) == pytest.approx(max(r["repeat_medians_ms"]) - min(r["repeat_medians_ms"]))
     assert results.pct_of_copy(records[1], records) is not None  # the copy of the same run
 
 
@@ -54,8 +53,3 @@ def test_settle_runs_are_measured_first_and_dropped(monkeypatch):
     assert records[0]["run"] == runs[1][0]["run"] != runs[0][0]["run"]  # the first kept run, not the settling one
     with pytest.raises(ValueError, match="settle_runs must be at least 0"):
         bench.measure_repeated({}, 1000, settle_runs=-1)
-
-
-def test_spread_of_a_single_run_is_zero():
-    assert bench.spread_ms({"median_ms": 1.5}) == 0.0
-    assert bench.spread_ms({"median_ms": 1.5, "repeat_medians_ms": [1.5, 1.6, 1.45]}) == pytest.approx(0.15)

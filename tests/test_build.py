@@ -242,9 +242,9 @@ def test_compile_error_is_reported_with_relative_paths():
 
 @pytest.mark.parametrize("filename", KERNEL_FILES)
 def test_every_region_is_closed(filename):
-    text = (env.KERNELS_DIR / filename).read_text()
-    opened = re.findall(r"^[ \t]*// region: ([\w-]+)[ \t]*$", text, re.MULTILINE)
-    closed = re.findall(r"^[ \t]*// endregion[ \t]*$", text, re.MULTILINE)
+    lines = [line.strip() for line in (env.KERNELS_DIR / filename).read_text().splitlines()]
+    opened = [line.removeprefix("// region:").strip() for line in lines if line.startswith("// region:")]
+    closed = [line for line in lines if line == "// endregion"]
     # A region without its endregion would swallow the next one; a name used twice
     # would hide the first. Either shows as fewer regions than markers.
     assert len(closed) == len(opened), (opened, len(closed))

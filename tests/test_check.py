@@ -194,14 +194,6 @@ def test_poisoned_outputs_fills_empty_with_nan_and_restores_settings():
     assert deterministic_settings() == before
 
 
-def test_poisoned_outputs_uses_torchs_public_switches():
-    # torch.use_deterministic_algorithms(True, warn_only=True) and
-    # torch.utils.deterministic.fill_uninitialized_memory, both public API; warn_only,
-    # so an op with no deterministic implementation warns instead of failing a check.
-    with poisoned_outputs():
-        assert deterministic_settings() == (True, True, True)
-
-
 def test_poisoned_outputs_restores_settings_that_were_not_the_defaults():
     original = deterministic_settings()
     torch.use_deterministic_algorithms(True, warn_only=False)
@@ -316,7 +308,7 @@ def test_assert_close_ulps_passes_within_the_tolerance_and_fails_beyond_it(dtype
     two_off = ulps_up(x, 2)
     assert_close_ulps(two_off, x, x, max_ulp=2)
     assert_close_ulps(x, x.double(), x, max_ulp=0)  # expected is rounded to actual's dtype first
-    with pytest.raises(AssertionError, match="4 of 4 elements beyond 1 ulp"):
+    with pytest.raises(AssertionError, match="4 of 4 elements wrong: 4 beyond 1 ulp"):
         assert_close_ulps(two_off, x, x, max_ulp=1)
 
 
@@ -334,7 +326,7 @@ def test_assert_close_ulps_passes_within_the_tolerance_and_fails_beyond_it(dtype
 )
 def test_assert_close_ulps_is_exact_about_zero_nan_and_inf(actual, expected):
     actual, expected = torch.tensor(actual), torch.tensor(expected)
-    with pytest.raises(AssertionError, match="NaN, inf, sign of 0"):
+    with pytest.raises(AssertionError, match="1 of 1 elements wrong: 1 (NaN|numbers where NaN|wrong)"):
         assert_close_ulps(actual, expected, expected, max_ulp=10)
 
 
@@ -347,7 +339,7 @@ def test_assert_close_ulps_names_the_first_bad_input():
     x = torch.tensor([1.0, 2.0, -0.5, -3.0])
     wrong = torch.selu(x)
     wrong[2:] = 0.0
-    with pytest.raises(AssertionError, match=r"2 of 4 elements .* first at index 2: x=-0\.5, got 0\.0"):
+    with pytest.raises(AssertionError, match=r"2 of 4 elements wrong: .* first: x = -0\.5  ->  got 0\.0"):
         assert_close_ulps(wrong, selu_reference(x), x, max_ulp=2)
     with pytest.raises(AssertionError):
         assert_close_ulps(torch.selu(x)[:3], selu_reference(x), x, max_ulp=2)  # shapes differ
@@ -367,7 +359,7 @@ def test_assert_selu_allows_exactly_max_ulp(dtype):
 def test_assert_selu_passes_torch_selu_and_fails_lambda_x(dtype):
     x = harness_input(dtype=dtype, device=CPU)
     assert_selu(torch.selu(x), x)
-    with pytest.raises(AssertionError, match="first at index"):
+    with pytest.raises(AssertionError, match="first: x = "):
         assert_selu(SELU_SCALE * x, x)
     other_dtype = torch.float64 if dtype == torch.float32 else torch.float32
     with pytest.raises(AssertionError):
@@ -517,12 +509,7 @@ def test_passing_report_summary():
     report = check_unary(torch.selu, device=CPU, trials=1, name="torch.selu")
     text = str(report)
     assert text.startswith("torch.selu: passed")
-    assert len(text.splitlines()) == 3  # the headline, the worst case, and what the huge abs err is
+    assert text.splitlines()[1].strip() == (f"worst: {report.worst.max_ulp} ulp; NaN pattern ok, ±inf ok, "
+                                            "sign of zero ok")
+    assert len(text.splitlines()) == 2  # the headline and the worst case
     assert report.assert_ok() is report
-
-
-def test_a_huge_abs_err_in_a_passing_report_says_where_it_comes_from():
-    report = check_unary(torch.selu, selu_reference, dtype=torch.float32, device=CPU)
-    assert report.passed and report.worst.max_abs > 1e30  # the largest inputs, off by an ulp or two
-    assert "one ulp is 2.03e+31; the verdict is in ulps" in str(report)
-    assert "one ulp is 2.03e+31" in report._repr_markdown_()

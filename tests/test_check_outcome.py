@@ -76,10 +76,14 @@ def test_outcome_of_right_and_wrong_results():
 
 def test_outcome_of_wrong_shapes_empty_tensors_and_non_tensors():
     x = torch.randn(4, 3)
-    assert outcome(lambda t: torch.selu(t).reshape(-1), x).startswith("WRONG: shape")
-    assert outcome(lambda t: torch.selu(t).double(), x).startswith("WRONG: shape, dtype")
-    assert outcome(torch.selu, torch.empty(0, 3)) == "correct result: an empty tensor of shape (0, 3), as torch.selu gives"
+    flattened = "WRONG: returned shape (12,), expected (4, 3) (as torch.selu gives)"
+    assert outcome(lambda t: torch.selu(t).reshape(-1), x) == flattened
+    assert outcome(lambda t: torch.selu(t).double(), x).startswith("WRONG: returned dtype torch.float64, expected")
+    empty = "correct result: an empty tensor of shape (0, 3), as torch.selu gives"
+    assert outcome(torch.selu, torch.empty(0, 3)) == empty
     assert outcome(lambda t: None, x) == "WRONG: returned NoneType, not a tensor"
+    # outputs start as NaN, so an output never written is wrong, whatever the memory held before
+    assert outcome(torch.empty_like, x).startswith("WRONG result against torch.selu")
 
 
 def test_outcome_when_only_the_reference_raises():

@@ -1,24 +1,96 @@
-"""helpers/evaluate.py and the cheats of helpers/cheats.py.
+"""helpers/evaluate.py: the harness of notebook 06.
 
-* The course's answer and the problem's own model pass :func:`evaluate.evaluate` in
-  every dtype.
-* Every cheat of the gallery fails it, with the finding named for that cheat; the
-  naive KernelBench-style judge passes most of them, which is why the harness exists.
-* Findings not tied to a cheat of the gallery: a wrong dtype, an exception, a result
-  whose bits change from call to call.
+* The problem's own model and the course's operator pass :func:`evaluate.evaluate` in every
+  dtype.
+* Every cheat of notebook 06 fails it, with the finding named for that cheat (the cheats are
+  written again here, as the notebook writes them).
+* Findings not tied to a cheat: a wrong dtype, an exception, bits that change from call to call.
 * On a GPU (``gpu`` marker): work left on another stream is caught.
 """
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import pytest
 import torch
 
-from helpers import build, check, cheats, evaluate, kernelbench
+from helpers import build, check, evaluate
 
 DTYPE_IDS = lambda d: str(d).removeprefix("torch.")  # noqa: E731
-NAIVE_SHAPE = (16, 257)
+_real_perf_counter = time.perf_counter
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.selu(x)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.selu_course.selu_vectorized(x)
+
+
+class ScaleOnly(torch.nn.Module):
+    def forward(self, x):
+        return x * check.SELU_SCALE
+
+
+class Zeros(torch.nn.Module):
+    def forward(self, x):
+        return torch.zeros_like(x)
+
+
+class CachedOutput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cached = None
+
+    def forward(self, x):
+        if self.cached is None:
+            self.cached = torch.selu(x)
+        return self.cached
+
+
+class MutatesInput(torch.nn.Module):
+    def forward(self, x):
+        return torch.selu_(x)
+
+
+class LowPrecision(torch.nn.Module):
+    def forward(self, x):
+        return torch.selu(x.bfloat16()).to(x.dtype)
+
+
+class SideStream(torch.nn.Module):
+    def forward(self, x):
+        stream = torch.cuda.Stream(x.device)
+        stream.wait_stream(torch.cuda.current_stream(x.device))
+        with torch.cuda.stream(stream):
+            return torch.selu(x)
+
+
+class PatchesTimer(torch.nn.Module):
+    def forward(self, x):
+        time.perf_counter = lambda: _real_perf_counter() / 2
+        return torch.selu(x)
+
+
+class Cheat(NamedTuple):
+    model: type
+    finding: str
+    needs_cuda: bool
+
+
+CHEATS = {
+    "ScaleOnly": Cheat(ScaleOnly, evaluate.WRONG_VALUES, False),
+    "Zeros": Cheat(Zeros, evaluate.WRONG_VALUES, False),
+    "CachedOutput": Cheat(CachedOutput, evaluate.OUTPUT_ALIASES, False),
+    "MutatesInput": Cheat(MutatesInput, evaluate.INPUT_MODIFIED, False),
+    "LowPrecision": Cheat(LowPrecision, evaluate.PRECISION, False),
+    "SideStream": Cheat(SideStream, evaluate.OTHER_STREAM, True),
+    "PatchesTimer": Cheat(PatchesTimer, evaluate.TIMER_PATCHED, False),
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,7 +108,7 @@ def real_perf_counter():
 
 
 @pytest.mark.parametrize("dtype", check.DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("model", [kernelbench.ModelNew, kernelbench.Model], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("model", [ModelNew, Model], ids=lambda m: m.__name__)
 def test_honest_answers_pass(model, dtype):
     verdict = evaluate.evaluate(model(), dtype=dtype, device="cpu")
     assert verdict.passed, verdict._repr_markdown_()
@@ -44,12 +116,12 @@ def test_honest_answers_pass(model, dtype):
 
 
 def _cheats(needs_cuda: bool):
-    return [pytest.param(name, id=name) for name, cheat in cheats.GALLERY.items() if cheat.needs_cuda == needs_cuda]
+    return [pytest.param(name, id=name) for name, cheat in CHEATS.items() if cheat.needs_cuda == needs_cuda]
 
 
 @pytest.mark.parametrize("name", _cheats(needs_cuda=False))
 def test_every_cpu_cheat_is_caught_by_name(name):
-    cheat = cheats.GALLERY[name]
+    cheat = CHEATS[name]
     verdict = evaluate.evaluate(cheat.model(), device="cpu")
     assert not verdict.passed
     assert cheat.finding in verdict.names(), str(verdict)
@@ -58,27 +130,18 @@ def test_every_cpu_cheat_is_caught_by_name(name):
 
 def test_the_timer_is_put_back_after_a_cheat_patches_it():
     real = time.perf_counter
-    evaluate.evaluate(cheats.PatchesTimer(), device="cpu", trials=1)
+    evaluate.evaluate(PatchesTimer(), device="cpu", trials=1)
     assert time.perf_counter is real
 
 
 def test_wrong_values_say_where_and_low_precision_is_named():
-    scale_only = evaluate.evaluate(cheats.ScaleOnly(), device="cpu")
+    scale_only = evaluate.evaluate(ScaleOnly(), device="cpu")
     (wrong,) = scale_only.findings
     assert wrong.message.startswith(("normal", "wide_uniform", "huge", "large_negative", "special values"))
     assert "x = -" in wrong.message  # the example is on SELU's negative branch, which torch.rand never reaches
-    assert evaluate.PRECISION not in evaluate.evaluate(cheats.Zeros(), device="cpu").names()
-    low = evaluate.evaluate(cheats.LowPrecision(), dtype=torch.float64, device="cpu")
+    assert evaluate.PRECISION not in evaluate.evaluate(Zeros(), device="cpu").names()
+    low = evaluate.evaluate(LowPrecision(), dtype=torch.float64, device="cpu")
     assert "computed in lower precision" in next(f.message for f in low.findings if f.name == evaluate.PRECISION)
-
-
-def test_the_naive_check_is_fooled_by_every_cheat_but_zeros():
-    fooled = [name for name, cheat in cheats.GALLERY.items() if not cheat.needs_cuda]
-    for name in fooled:
-        if name != "Zeros":
-            assert kernelbench.naive_judge(cheats.GALLERY[name].model(), NAIVE_SHAPE), name
-    # Zeros does not fool it: SELU reaches 1.05 on torch.rand, far beyond 1e-2.
-    assert not kernelbench.naive_judge(cheats.Zeros(), NAIVE_SHAPE)
 
 
 def test_input_layouts_reach_the_answer():
@@ -119,16 +182,15 @@ def test_other_findings(model, finding):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", _cheats(needs_cuda=True))
-def test_every_gpu_cheat_is_caught_by_name_and_fools_the_naive_check(name):
-    cheat = cheats.GALLERY[name]
+def test_every_gpu_cheat_is_caught_by_name(name):
+    cheat = CHEATS[name]
     verdict = evaluate.evaluate(cheat.model(), device="cuda")
     assert cheat.finding in verdict.names(), str(verdict)
-    assert kernelbench.naive_judge(cheat.model(), NAIVE_SHAPE, "cuda")
 
 
 @pytest.mark.gpu
 def test_the_course_answer_passes_on_the_gpu():
-    verdict = evaluate.evaluate(kernelbench.ModelNew(), device="cuda")
+    verdict = evaluate.evaluate(ModelNew(), device="cuda")
     assert verdict.passed, verdict._repr_markdown_()
 
 
@@ -160,15 +222,13 @@ def test_speed_flags():
 
 def test_timing_flags_a_cached_output_and_puts_the_clock_back():
     real = time.perf_counter
-    table = evaluate.measure_speed({"CachedOutput": cheats.CachedOutput(), "PatchesTimer": cheats.PatchesTimer()},
+    table = evaluate.measure_speed({"CachedOutput": CachedOutput(), "PatchesTimer": PatchesTimer()},
                                    device="cpu", numel=1 << 20, rounds=1, reps=3)
     rows = {r["answer"]: r for r in table["rows"]}
     assert list(rows) == [evaluate.COPY_ROW, evaluate.EAGER_ROW, "CachedOutput", "PatchesTimer"]
     assert any(f.startswith(evaluate.SUSPECT) for f in evaluate.row_flags(table, rows["CachedOutput"]))
     assert time.perf_counter is real
     assert evaluate._clock is real
-    text = str(evaluate.speed_table(table))
-    assert "| CachedOutput |" in text and "suspect" in text
 
 
 def test_timing_gives_a_writing_answer_the_same_input_every_row():
@@ -185,7 +245,7 @@ def test_timing_gives_a_writing_answer_the_same_input_every_row():
 
 @pytest.mark.gpu
 def test_the_side_stream_cheat_fools_only_the_naive_timer():
-    table = evaluate.measure_speed({"SideStream": cheats.SideStream(), "ModelNew": kernelbench.ModelNew()},
+    table = evaluate.measure_speed({"SideStream": SideStream(), "ModelNew": ModelNew()},
                                    device="cuda", numel=1 << 28, rounds=1, reps=5)
     rows = {r["answer"]: r for r in table["rows"]}
     assert not evaluate.row_flags(table, rows["SideStream"]), rows["SideStream"]

@@ -13,15 +13,15 @@ import re
 
 import pytest
 
-from helpers import env
+from helpers import reproduce
 
-NOTEBOOKS = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]*_*.ipynb"))
+NOTEBOOKS = reproduce.notebooks()  # the main path and the appendices
 # A number with the unit of a measurement, or a ratio to a peer ("1.04× the copy").
 MEASURED = re.compile(
     r"(?P<number>\d[\d,]*(?:\.\d+)?(?:\s*[–-]\s*\d[\d,]*(?:\.\d+)?)?)\s*"
     r"(?P<unit>ms\b|µs\b|us\b|ns\b|GB/s|TB/s|GiB/s|%|×\s*(?:the\s+)?(?:copy|eager|faster|slower|torch))"
 )
-GOAL_BEFORE = re.compile(r"(≤|≥|<|>|at least|at most|goal[^.]*?)\s*$")
+GOAL_BEFORE = re.compile(r"(≤|≥|<|>|at least|at most|no more than|within|sleeps for|goal[^.]*?)\s*$")
 SAYS_WHAT_IT_IS = re.compile(r"datasheet|assum|arithmetic|predict|20–80%|20th|80th", re.IGNORECASE)
 
 
@@ -47,6 +47,8 @@ def test_the_detector_flags_measurements_and_passes_what_says_what_it_is():
     assert hand_typed_figures("It reaches 73–78% of the copy.") == ["73–78%"]
     assert hand_typed_figures("ours is 1.04× the copy here") == ["1.04× the copy"]
     assert hand_typed_figures("The goal: ≤ 1.01 × copy, and at least 0.95 × eager.") == []
+    assert hand_typed_figures("no more than 2% slower; a gap within 1% is a tie") == []
+    assert hand_typed_figures("an answer whose first call sleeps for 50 ms") == []  # the example's own constant
     assert hand_typed_figures("About 3.35 TB/s of memory bandwidth (datasheet figures).") == []
     assert hand_typed_figures("Take 0.7 µs (an assumption).") == []
     assert hand_typed_figures("the 20–80% band of one size") == []

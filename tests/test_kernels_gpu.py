@@ -24,7 +24,7 @@ from kernel_cases import (
     selu_out,
 )
 
-from helpers import build, check, demos, env, ops, tuning
+from helpers import bench, build, check, env, ops
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("poisoned")]  # tests/conftest.py skips these where there is no GPU
 
@@ -133,12 +133,20 @@ def test_unrolled_naive_kernel(elements_per_thread):
 @pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
 def test_the_launch_in_use_and_the_default_compute_the_same(dtype):
     # The operator launches the configuration helpers.tuning chose for this GPU, or
-    # kernels/selu_vectorized.cu's default_config before it has; neither changes a bit.
+    # kernels/launch.h's default_config before it has; neither changes a bit.
     x = check.harness_input(100_003, dtype=dtype, device=CUDA)
     y = ops.selu_vectorized(x)
-    for config in {ops.launch_config(x.device, dtype), tuning.DEFAULT_CONFIG}:
+    for config in {ops.launch_config(x.device, dtype), ops.default_launch_config()}:
         match = check.agreement(y, ops.selu_vectorized_with_config(x, *config))
         assert match.identical == x.numel(), f"{config}: {match}"
+
+
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=dtype_id)
+def test_launch_for_size_describes_this_gpus_launch_by_default(dtype):
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    in_use = ops.launch_config(CUDA, dtype)
+    for numel in (1, 2**16, 2**20, 2**26):
+        assert ops.launch_for_size(numel, dtype) == ops.launch_for_size(numel, dtype, in_use, sms=sms)
 
 
 def realigned_sizes(tile_vectors: int) -> tuple[int, ...]:
@@ -199,12 +207,33 @@ def no_poisoning():
 
 @float32_kernels
 def test_legacy_default_stream_reads_stale_input_and_the_current_stream_waits(kernel):
-    # notebook 02's demonstration itself (helpers.demos.stream_race), not a copy of it
+    # A double buffer on a side stream: a slow producer (torch.cuda._sleep), the new batch
+    # copied into x, then SELU of x by the mistake (legacy stream 0) and by a kernel that
+    # launches on torch's current stream.
+    right, numel = selu(kernel), 1 << 22
     with no_poisoning():
-        race = demos.stream_race(numel=1 << 22, right=selu(kernel))
-    assert race.wrong_legacy == race.numel, str(race)  # it ran at once, while the side stream slept...
-    assert race.stale_legacy == race.numel, str(race)  # ...on the previous batch
-    assert race.wrong_current == 0, str(race)
+        new_batch = bench.random_input(numel, device=CUDA, seed=1)
+        x = bench.random_input(numel, device=CUDA, seed=2)  # the previous batch
+        # Each kernel once first: CUDA loads a kernel's code at its first launch, and that
+        # waits for the queued work, which would hide the race behind an unwritten sync.
+        ops.mistake_legacy_default_stream(x[:1])
+        right(x[:1])
+        expected, previous = check.selu_reference(new_batch), check.selu_reference(x)
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)
+            x.copy_(new_batch)  # queued on side: lands after the sleep
+            y_legacy = ops.mistake_legacy_default_stream(x)  # stream 0: does not wait
+            y_current = right(x)  # the current stream, side: waits for the copy
+        torch.cuda.synchronize()
+
+    def close(y, reference):
+        return int((check.ulp_distance(y, reference) <= check.MAX_ULP[torch.float32]).sum())
+
+    assert close(y_legacy, expected) == 0  # it ran at once, while the side stream slept...
+    assert close(y_legacy, previous) == numel  # ...on the previous batch
+    assert close(y_current, expected) == numel
 
 
 # ---- past 2^31 elements --------------------------------------------------------------------
@@ -260,13 +289,13 @@ def test_copy_past_2_to_the_31_elements(big_input):
 
 
 def test_int32_count_leaves_elements_unwritten(big_input):
-    # notebook 02's demonstration itself (helpers.demos.run_int32_count), not a copy of it
-    result = demos.run_int32_count(big_input)
-    written = max(demos.as_int32(BIG_NUMEL), 0)  # a count <= 0 launches nothing
+    # What `int n = numel` holds: numel wrapped into [-2^31, 2^31); a count <= 0 launches nothing.
+    written = max((BIG_NUMEL + 2**31) % 2**32 - 2**31, 0)
+    y = ops.mistake_int32_count(big_input)
     # No error, no crash: the rest is simply never written, and keeps the poison.
-    assert result.unwritten_mistake == BIG_NUMEL - written, str(result)
-    assert result.unwritten_correct == 0, str(result)
-    assert all(ulp <= check.MAX_ULP[torch.float32] for ulp in result.worst_ulp.values()), str(result)
+    assert int(y.isnan().sum()) == BIG_NUMEL - written
+    assert not y[:written].isnan().any()
+    del y
 
 
 # ---- bad input ---------------------------------------------------------------------------------

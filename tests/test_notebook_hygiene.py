@@ -14,9 +14,9 @@ import re
 import nbformat
 import pytest
 
-from helpers import env
+from helpers import reproduce
 
-NOTEBOOKS = sorted(env.NOTEBOOKS_DIR.glob("[0-9][0-9]*_*.ipynb"))
+NOTEBOOKS = reproduce.notebooks()  # the main path and the appendices
 SECTIONS = {
     "objectives": re.compile(r"^#+ .*(what you will learn|objectives|goals)", re.I | re.M),
     "summary": re.compile(r"^#+ .*(summary|takeaways)", re.I | re.M),

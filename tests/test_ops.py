@@ -26,7 +26,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import build, check, demos, env, ops
+from helpers import build, check, env, ops
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -48,7 +48,7 @@ ELEMENTS_PER_THREAD = 4
 # What no kernel accepts: the float8 types are floating types to at::isFloatingType,
 # but no kernel is compiled for them.
 UNSUPPORTED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int32, torch.bool, torch.complex64)
-# The C++ checks (kernels/selu_checks.h) and the fake kernels (helpers/ops.py) word
+# The C++ checks (kernels/selu_checks.h) and the fake kernels (helpers/schemas.py) word
 # their refusal a little differently; both must name the four dtypes.
 NOT_A_SUPPORTED_FLOAT = r"expected a float32, float64, float16,? (?:or )?bfloat16 tensor"
 # The real float32-only kernels say "float32 only"; their fake kernels "expected a float32 tensor".
@@ -235,7 +235,7 @@ def test_compiled_in_place_call_writes_its_input(device, name, fresh_dynamo):
 
 @pytest.mark.parametrize("name", FUNCTIONAL_OPERATORS)
 def test_meta_tensors_give_the_result_layout(name):
-    # No kernel is involved: the fake kernels of helpers/ops.py answer for the Meta device.
+    # No kernel is involved: the fake kernels of helpers/schemas.py answer for the Meta device.
     for x in (torch.empty(3, 4, device="meta"), torch.empty(4, 3, device="meta").t()):
         y = call(name, x)
         assert y.device.type == "meta"
@@ -440,7 +440,7 @@ def test_the_schema_says_what_is_written(name):
     if name.endswith(".out"):
         assert written == ["out"]
         assert [argument.name for argument in schema.arguments if argument.kwarg_only] == ["out"]
-        assert schema.returns == []  # see helpers/ops.py: torch.compile needs -> ()
+        assert schema.returns == []  # see helpers/schemas.py: torch.compile needs -> ()
     else:
         assert written == []
         assert not schema.is_mutable and len(schema.returns) == 1
@@ -617,7 +617,70 @@ def test_copy_compiles_into_one_graph(device, fresh_dynamo):
     assert torch.equal(y, x * 2) and y.stride() == x.stride()
 
 
+# ----------------------------------------------------------------------------- the launch, asked of C++
+
+H100_SMS = 132
+
+
+def test_small_tensors_halve_vectors_then_threads(cpu_kernels):
+    # 2^20 fp32 elements are 262,144 vectors: 256 tiles of 256 x 4, fewer than 8 x 132;
+    # 1 vector gives 1,024 blocks, still fewer, so the threads halve too: 2,048 blocks.
+    assert ops.launch_for_size(2**20, torch.float32, (256, 4, 0), sms=H100_SMS) == (128, 1, 2048)
+    # Enough blocks at the first halving: 2^23 fp32 at 256 x 4 are 2,048 blocks, at least 1,056.
+    assert ops.launch_for_size(2**23, torch.float32, (256, 8, 0), sms=H100_SMS) == (256, 4, 2048)
+    assert ops.launch_for_size(2**23, torch.float32, (256, 4, 0), sms=H100_SMS) == (256, 4, 2048)
+    # Fewer SMs want fewer blocks: the same tensor keeps more vectors per thread.
+    assert ops.launch_for_size(2**20, torch.float32, (256, 4, 0), sms=8) == (256, 4, 256)
+
+
+def test_the_reference_size_is_untouched_and_threads_stay_at_128_or_more(cpu_kernels):
+    numel = env.REFERENCE_NUMEL
+    assert ops.launch_for_size(numel, torch.bfloat16, (512, 8, 0), sms=H100_SMS) == (512, 8, -(-(numel // 8) // 4096))
+    # A tensor smaller than a vector still gets one block, for its tail.
+    assert ops.launch_for_size(1, torch.bfloat16, (512, 8, 0), sms=H100_SMS) == (128, 1, 1)
+
+
+def test_blocks_count_16_byte_vectors_of_the_dtype(cpu_kernels):
+    blocks = {dtype: ops.launch_for_size(2**26, dtype, (128, 2, 0), sms=H100_SMS)[2]
+              for dtype in (torch.float64, torch.float32, torch.float16)}
+    assert blocks[torch.float64] == 2 * blocks[torch.float32] == 4 * blocks[torch.float16] == 2**26 // 2 // 256
+
+
+def test_a_capped_grid_has_at_most_k_blocks_per_sm(cpu_kernels):
+    assert ops.launch_for_size(2**28, torch.float32, (256, 4, 8), sms=H100_SMS) == (256, 4, 8 * H100_SMS)
+    assert ops.launch_for_size(2**28, torch.float32, (256, 4, 8), sms=10) == (256, 4, 80)
+
+
+def test_without_a_config_the_launch_is_the_one_in_use(cpu_kernels):
+    config = ops.default_launch_config()
+    torch.ops.selu_course.check_launch_config(*config)  # the default is a launch the kernel accepts
+    if not torch.cuda.is_available():  # no launch table here: the C++ default, on an H100's SMs
+        assert ops.launch_for_size(2**26, torch.float32) == ops.launch_for_size(2**26, torch.float32, config,
+                                                                                sms=H100_SMS)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ((2**20, torch.float32, (100, 1, 0)), r"threads_per_block must be 64, 128, 256, 512 or 1024.*got 100"),
+    ((2**20, torch.float32, (128, 3, 0)), r"vectors_per_thread must be 1, 2, 4 or 8.*got 3"),
+    ((2**20, torch.float32, (128, 2, -1)), r"max_blocks_per_sm must be 0 .*got -1"),
+    ((2**20, torch.int32, (128, 2, 0)), r"expected float32, float64, float16 or bfloat16"),
+    ((-1, torch.float32, (128, 2, 0)), r"numel must be 0 or more"),
+])
+def test_launch_for_size_refuses_what_the_kernel_refuses(cpu_kernels, arguments, message):
+    with pytest.raises(RuntimeError, match=rf"selu_course::launch_for_size: {message}"):
+        ops.launch_for_size(*arguments, sms=H100_SMS)
+
+
 # ----------------------------------------------------------------------------- the latency probe
+
+
+def random_cycle(n: int, device, seed: int = 0) -> torch.Tensor:
+    """A table of int64 indices that visits all n once before it comes back to where it began."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    table = torch.empty(n, dtype=torch.int64)
+    table[order] = order.roll(-1)
+    return table.to(device)
+
 
 
 def test_pointer_chase_follows_the_chain(device):
@@ -629,7 +692,7 @@ def test_pointer_chase_follows_the_chain(device):
 
 
 def test_a_random_cycle_visits_every_index_once(device):
-    table = demos.random_cycle(64, device, seed=3)
+    table = random_cycle(64, device, seed=3)
     seen, index = [], 0
     for _ in range(64):
         seen.append(index)
@@ -660,7 +723,7 @@ def test_pointer_chase_refuses_a_bad_table(device, make, message):
 
 
 def test_pointer_chase_opcheck(device):
-    table = demos.random_cycle(32, device)
+    table = random_cycle(32, device)
     torch.library.opcheck(ops.overload("pointer_chase"), (table, 9))
     y = torch.compile(lambda t: ops.pointer_chase(t, 9) + 1, fullgraph=True)(table)
     assert y.item() == ops.pointer_chase(table, 9).item() + 1

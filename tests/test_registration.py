@@ -29,7 +29,7 @@ def test_a_signature_that_does_not_match_its_schema_is_a_build_error(kernels_cop
         "at::Tensor selu_vectorized(const at::Tensor& x) {", "at::Tensor selu_vectorized(const at::Tensor& x, int64_t n) {"
     ))
     with pytest.raises(build.BuildError, match=r"(?s)registering its CPU kernels failed.*selu_vectorized"
-                                               r".*number of arguments is different.*helpers/ops\.py") as info:
+                                               r".*number of arguments is different.*helpers/schemas\.py") as info:
         build.load("selu_vectorized", backend="cpu")
     assert str(env.REPO_ROOT) not in str(info.value)
     # This process is alive and still runs the kernels it had.

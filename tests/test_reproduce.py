@@ -32,9 +32,24 @@ def test_records_and_notebooks_share_one_device_folder(tmp_path, monkeypatch):
     assert records[0]["variant"] == "copy"
     assert not (tmp_path / "out" / "probe" / "results").exists()  # no device folder twice
     summary = (tmp_path / "out" / "probe" / "report.md").read_text()
-    assert "| 09_probe |" in summary and "## The report" in summary
-    if not env.can_build_cuda():
-        assert "## Not measured here" in summary and "`06_report.json`" in summary
+    assert "| 09_probe |" in summary and "## Measured on this machine" in summary
+    assert "| float32 | 1 | — | — | — |" in summary  # this run's copy, never a committed record
+
+
+def test_a_failure_names_its_exception_cell_and_traceback(tmp_path, monkeypatch, capsys):
+    notebook = tmp_path / "nb" / "09_broken.ipynb"
+    notebook.parent.mkdir()
+    cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("def inner():\n    raise KeyError('lost')\ninner()")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), notebook)
+    monkeypatch.setattr(reproduce, "notebooks", lambda prefixes=None: [notebook])
+    monkeypatch.setattr(env, "device_slug", lambda device=None: "probe")
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", os.environ.get("HELPERS_RESULTS_DIR", ""))
+    monkeypatch.setenv(env.HEADLESS_ENV_VAR, os.environ.get(env.HEADLESS_ENV_VAR, ""))
+    assert reproduce.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 1
+    said = capsys.readouterr().err
+    assert "09_broken.ipynb: FAILED: CellExecutionError" in said
+    assert "in cell 1 ('def inner():'): KeyError: 'lost'" in said
+    assert "raise KeyError('lost')" in said  # the traceback's last lines
 
 
 def test_prebuild_builds_every_library(monkeypatch):

@@ -1,7 +1,8 @@
 """The course's Triton peer as an operator (helpers/triton_selu.py): ``selu_course::selu_triton``
 and ``selu_course::selu_triton_backward``.
 
-* Without triton (CI) the module imports and defines nothing; every other test skips.
+* Without triton (CI), or with a torch older than 2.6 (no ``wrap_triton``), the module
+  imports, defines nothing and says what is missing; every other test skips.
 * With triton and no GPU (``gpu`` marker skipped) the Triton kernels are compiled to PTX
   for an sm_90 GPU, which needs no GPU, and the operators run their CPU kernels (torch's
   own ops): float64 reference, opcheck, gradcheck, errors, torch.compile.
@@ -93,6 +94,33 @@ def test_imports_and_defines_nothing_without_triton():
         "    assert 'needs triton' in str(error), error\n"
         "else:\n"
         "    raise AssertionError('no error without triton')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=env.REPO_ROOT, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(env.REPO_ROOT)}, timeout=300)
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_old_torch_is_a_clear_error():
+    # In a fresh interpreter with a stand-in triton package and a torch without
+    # torch.library.wrap_triton and triton_op (before 2.6): the module imports, defines
+    # nothing, and the operator names what is missing.
+    script = (
+        "import sys, types\n"
+        "for name in ('triton', 'triton.language', 'triton.language.extra'):\n"
+        "    sys.modules[name] = types.ModuleType(name)\n"
+        "sys.modules['triton'].jit = lambda fn: fn\n"
+        "sys.modules['triton.language.extra'].libdevice = None\n"
+        "import torch, torch.library\n"
+        "del torch.library.wrap_triton, torch.library.triton_op\n"
+        "from helpers import triton_selu\n"
+        "assert not triton_selu.available() and triton_selu.register() is False\n"
+        "assert 'torch 2.6' in triton_selu.missing(), triton_selu.missing()\n"
+        "try:\n"
+        "    triton_selu.selu_triton(torch.ones(3))\n"
+        "except RuntimeError as error:\n"
+        "    assert 'needs torch.library.triton_op and wrap_triton' in str(error), error\n"
+        "else:\n"
+        "    raise AssertionError('no error without wrap_triton')\n"
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=env.REPO_ROOT, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(env.REPO_ROOT)}, timeout=300)

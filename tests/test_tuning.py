@@ -6,13 +6,20 @@ import torch
 
 from helpers import bench, build, env, ops, tuning
 
+DEFAULT = (128, 2, 0)  # a launch to stand for the default in choose's tests
 
-def test_candidates_are_valid_launches():
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_kernels():
+    build.load("selu_vectorized", backend="cpu")  # the launch operators answer on every machine
+
+
+def test_candidates_are_launches_the_kernel_accepts():
     configs = tuning.candidates()
     assert len(configs) == len(set(configs)) == len(tuning.THREADS) * len(tuning.VECTORS) * 2
-    for threads, vectors, blocks_per_sm in configs:
-        assert threads in (64, 128, 256, 512, 1024) and vectors in (1, 2, 4, 8)
-        assert blocks_per_sm == 0 or blocks_per_sm * threads == tuning.THREADS_PER_SM
+    for config in configs:
+        torch.ops.selu_course.check_launch_config(*config)  # the kernel's own check: raises if refused
+        assert config[2] == 0 or config[2] * config[0] == tuning.THREADS_PER_SM
 
 
 def test_tuning_size_is_the_reference_where_it_fits():
@@ -23,53 +30,29 @@ def test_tuning_size_is_the_reference_where_it_fits():
     assert 2 * 8 * smaller <= tuning.MEMORY_FRACTION * 24 * 2**30
 
 
-def test_the_default_launch_is_the_kernels():
-    from helpers import course_report
-
-    assert course_report.default_launch_in_source() == bench.launch_config(*tuning.DEFAULT_CONFIG)
-
-
-def test_the_launchers_minimum_blocks_per_sm_is_the_kernels():
-    import re
-
-    source = (env.KERNELS_DIR / "selu_vectorized.cu").read_text()
-    (value,) = re.findall(r"constexpr int64_t kMinBlocksPerSM = (\d+);", source)
-    assert int(value) == tuning.MIN_BLOCKS_PER_SM
-
-
-def test_launch_for_size_halves_vectors_then_threads():
-    # 2^20 fp32 elements are 262,144 vectors: 256 tiles of 256 x 4, fewer than 8 x 132;
-    # 1 vector gives 1,024 blocks, still fewer, so the threads halve too: 2,048 blocks.
-    assert tuning.launch_for_size((256, 4, 0), 2**20, torch.float32, sms=132) == (128, 1)
-    assert tuning.blocks_for(2**20, torch.float32, 128, 1) == 2048
-    # Enough blocks at the first halving: 2^23 fp32 at 256 x 4 are 2,048 blocks, at least 1,056.
-    assert tuning.launch_for_size((256, 4, 0), 2**23, torch.float32, sms=132) == (256, 4)
-    assert tuning.launch_for_size((256, 8, 0), 2**23, torch.float32, sms=132) == (256, 4)
-    # The reference size is untouched; threads never drop below 128.
-    assert tuning.launch_for_size((512, 8, 0), env.REFERENCE_NUMEL, torch.bfloat16, sms=132) == (512, 8)
-    assert tuning.launch_for_size((512, 8, 0), 1, torch.bfloat16, sms=132) == (128, 1)
-
-
 def test_a_finalist_replaces_the_default_only_beyond_the_spread_of_the_rounds():
-    default, other = tuning.DEFAULT_CONFIG, (256, 1, 0)
+    default, other = DEFAULT, (256, 1, 0)
     # 1% faster by the median, but the rounds overlap: the default stays.
-    assert tuning.choose({default: [1.00, 1.03, 0.99], other: [0.99, 0.98, 1.00]}) == default
+    assert tuning.choose({default: [1.00, 1.03, 0.99], other: [0.99, 0.98, 1.00]}, default=default) == default
     # Faster in every round than the default in any: it wins.
-    assert tuning.choose({default: [1.00, 1.03, 0.99], other: [0.97, 0.96, 0.98]}) == other
+    assert tuning.choose({default: [1.00, 1.03, 0.99], other: [0.97, 0.96, 0.98]}, default=default) == other
     # The default itself the fastest: nothing to replace.
-    assert tuning.choose({default: [0.90, 0.91, 0.92], other: [0.97, 0.96, 0.98]}) == default
+    assert tuning.choose({default: [0.90, 0.91, 0.92], other: [0.97, 0.96, 0.98]}, default=default) == default
+    # Without one named, the default is the kernel's.
+    kernels_default = ops.default_launch_config()
+    assert tuning.choose({kernels_default: [0.9], other: [1.0]}) == kernels_default
 
 
 def test_rounds_are_judged_against_the_copy_of_the_same_round():
-    default, other = tuning.DEFAULT_CONFIG, (256, 1, 0)
+    default, other = DEFAULT, (256, 1, 0)
     # In round 2 the clock was high and everything ran 10% faster, the copy too. By time,
     # the default's fast round hides that the other launch is 1% faster in every round;
     # as multiples of each round's copy, it is.
     rounds = {default: [1.01, 0.909, 1.01], other: [1.00, 0.90, 1.00]}
-    assert tuning.choose(rounds) == default
-    assert tuning.choose(rounds, [1.0, 0.9, 1.0]) == other
+    assert tuning.choose(rounds, default=default) == default
+    assert tuning.choose(rounds, [1.0, 0.9, 1.0], default=default) == other
     with pytest.raises(ValueError, match="one time per round"):
-        tuning.choose(rounds, [1.0, 0.9])
+        tuning.choose(rounds, [1.0, 0.9], default=default)
 
 
 def test_nothing_to_tune_without_a_gpu():
@@ -81,13 +64,12 @@ def test_cache_is_per_gpu_model_and_build():
     assert path.parent == tuning.CACHE_DIR and path.name == "cpu-selu_vectorized_cuda_0123abcd.json"
 
 
-def test_config_operators_are_not_tensor_operators():
-    # no fake kernel, autograd or opcheck: they take no tensor
-    assert not set(ops.CONFIG_SCHEMAS) & set(ops.SCHEMAS)
-
-
 @pytest.mark.gpu
-def test_configure_sets_what_the_operator_uses():
+def test_load_leaves_the_default_launch_and_configure_sets_what_the_operator_uses():
+    # A build of its own (another flag), loaded fresh: load registers, and tunes nothing.
+    with build.loaded("selu_vectorized", extra_cuda_cflags=("-DSELU_COURSE_FRESH_BUILD",)):
+        for dtype in tuning.DTYPES:
+            assert ops.launch_config("cuda", dtype) == ops.default_launch_config()
     build.load("selu_vectorized")
     chosen = tuning.configure("cuda", verbose=False)
     assert set(chosen) == set(tuning.DTYPES)
@@ -132,6 +114,6 @@ def test_the_first_pass_ranks_in_a_short_window_and_the_rounds_take_turns_in_the
     assert windows[1:1 + count] == [first] * count  # then every candidate once
     # Then every round: its copy and the finalists (the default among them).
     assert windows[1 + count:] == [tuple(tuning.ROUNDS_WINDOW_MS)] * (tuning.ROUNDS * (1 + len(rounds)))
-    assert len(round_copies) == tuning.ROUNDS and tuning.DEFAULT_CONFIG in rounds
+    assert len(round_copies) == tuning.ROUNDS and ops.default_launch_config() in rounds
     assert all(len(ms) == tuning.ROUNDS for ms in rounds.values()) and bench.COPY not in rounds
     assert first[0] < full[0] and first[1] < full[1] and tuning.ROUNDS_WINDOW_MS[1] < full[1]
