@@ -80,10 +80,10 @@ def assert_identical_to_torch(x: torch.Tensor, grad: torch.Tensor) -> None:
 # ---- without triton ----------------------------------------------------------------------------
 
 
-def test_imports_and_defines_nothing_without_triton():
-    # In a fresh interpreter where `import triton` fails, as in CI.
-    script = (
-        "import sys; sys.modules['triton'] = None\n"
+def _without_what_it_needs(setup: str, error: str) -> None:
+    """In a fresh interpreter prepared by ``setup``: the module imports, registers nothing, and
+    the operator raises a RuntimeError that says ``error``."""
+    script = setup + (
         "import torch\n"
         "from helpers import triton_selu\n"
         "assert not triton_selu.available() and triton_selu.register() is False\n"
@@ -91,40 +91,34 @@ def test_imports_and_defines_nothing_without_triton():
         "try:\n"
         "    triton_selu.selu_triton(torch.ones(3))\n"
         "except RuntimeError as error:\n"
-        "    assert 'needs triton' in str(error), error\n"
+        f"    assert {error!r} in str(error), error\n"
         "else:\n"
-        "    raise AssertionError('no error without triton')\n"
+        "    raise AssertionError('no error')\n"
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=env.REPO_ROOT, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(env.REPO_ROOT)}, timeout=300)
     assert result.returncode == 0, result.stderr
 
 
+def test_imports_and_defines_nothing_without_triton():
+    # `import triton` fails, as in CI.
+    _without_what_it_needs("import sys; sys.modules['triton'] = None\n", "needs triton")
+
+
 def test_an_old_torch_is_a_clear_error():
-    # In a fresh interpreter with a stand-in triton package and a torch without
-    # torch.library.wrap_triton and triton_op (before 2.6): the module imports, defines
-    # nothing, and the operator names what is missing.
-    script = (
+    # A stand-in triton package and a torch without torch.library.wrap_triton and triton_op
+    # (before 2.6): the error names what is missing, and the torch that brought it.
+    _without_what_it_needs(
         "import sys, types\n"
         "for name in ('triton', 'triton.language', 'triton.language.extra'):\n"
         "    sys.modules[name] = types.ModuleType(name)\n"
         "sys.modules['triton'].jit = lambda fn: fn\n"
         "sys.modules['triton.language.extra'].libdevice = None\n"
-        "import torch, torch.library\n"
+        "import torch.library\n"
         "del torch.library.wrap_triton, torch.library.triton_op\n"
         "from helpers import triton_selu\n"
-        "assert not triton_selu.available() and triton_selu.register() is False\n"
-        "assert 'torch 2.6' in triton_selu.missing(), triton_selu.missing()\n"
-        "try:\n"
-        "    triton_selu.selu_triton(torch.ones(3))\n"
-        "except RuntimeError as error:\n"
-        "    assert 'needs torch.library.triton_op and wrap_triton' in str(error), error\n"
-        "else:\n"
-        "    raise AssertionError('no error without wrap_triton')\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], cwd=env.REPO_ROOT, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(env.REPO_ROOT)}, timeout=300)
-    assert result.returncode == 0, result.stderr
+        "assert 'torch 2.6' in triton_selu.missing(), triton_selu.missing()\n",
+        "needs torch.library.triton_op and wrap_triton")
 
 
 # ---- with triton, any machine ------------------------------------------------------------------
