@@ -37,7 +37,7 @@ lab: $(STAMP)
 # Unit tests plus every notebook executed by nbmake. Records and figures that the
 # notebooks write go to a scratch folder, so a test run never edits results/.
 test: $(STAMP)
-	HELPERS_RESULTS_DIR=.build/test-results $(PY) -m pytest tests notebooks --nbmake --nbmake-timeout=1800
+	HELPERS_RESULTS_DIR=.build/test-results $(PY) -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -n 2 --dist loadfile
 
 reproduce: $(STAMP)
 	$(PY) -m helpers.reproduce

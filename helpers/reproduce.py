@@ -121,7 +121,7 @@ PREBUILT_ENV_VAR = "HELPERS_PREBUILT"  # set by make reproduce, which builds eve
 
 
 def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
-             done_after_s: dict[str, float] | None = None) -> dict[str, str]:
+             done_after_s: dict[str, float] | None = None, progress: bool = False) -> dict[str, str]:
     """Build ``kernels`` (names of helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`;
     by default every kernel library), and run the build cells of ``notebook_paths``
     (:func:`build_cell_jobs`), each in a process of its own, all at once; returns the ones
@@ -154,6 +154,8 @@ def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = 
         # (at least 2: an inline extension compiles its C++ and its CUDA file side by side).
         environment["MAX_JOBS"] = str(max(2, (os.cpu_count() or 2) // len(scripts)))
         running, started = {}, time.perf_counter()
+        if progress:  # a cold build takes a minute or more: say what is being built, then each as it ends
+            print(f"building {len(scripts)} at once: {', '.join(scripts)}", flush=True)
         for number, (label, script) in enumerate(scripts.items()):
             # stderr to a file, not a pipe: a full pipe would stall a build until it is read.
             with open(Path(scratch) / f"{number}.stderr", "w") as stderr:
@@ -165,6 +167,9 @@ def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = 
                 if label in done or process.poll() is None:
                     continue
                 done[label] = time.perf_counter() - started
+                if progress:
+                    print(f"  {label}: {'built' if process.returncode == 0 else 'FAILED'} after {done[label]:.0f} s",
+                          flush=True)
                 if process.returncode != 0:
                     lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
                     failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
@@ -279,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = notebooks(args.prefixes)
     prebuild_s = None
     if not args.no_prebuild:
-        failed = prebuild(chosen)
+        failed = prebuild(chosen, progress=True)
         prebuild_s = time.perf_counter() - started
         os.environ[PREBUILT_ENV_VAR] = "1"  # the notebooks' own build_ahead cells have nothing left to do
         print(f"kernels and build cells built in {prebuild_s:.0f} s"

@@ -80,6 +80,21 @@ def test_prebuild_builds_every_library(monkeypatch):
     assert all(int(jobs) >= 2 for _, jobs in started)
 
 
+def test_prebuild_says_what_it_builds_and_when_each_ends(monkeypatch, capsys):
+    class Process:
+        def __init__(self, command, **options):
+            self.returncode = 1 if "'mistakes'" in command[-1] else 0
+
+        def poll(self):
+            return self.returncode
+
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
+    reproduce.prebuild(kernels=("selu_vectorized", "mistakes"), progress=True)
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "building 2 at once: selu_vectorized, mistakes"
+    assert sorted(line.split(" after ")[0] for line in said[1:]) == ["  mistakes: FAILED", "  selu_vectorized: built"]
+
+
 def test_build_ahead_builds_what_a_notebook_names_and_its_build_cells(monkeypatch):
     started = []
 
