@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from . import env
-from .bench import COPY, dtype_name
+from .bench import COPY, TRITON, dtype_name
 
 RESULTS_ENV_VAR = "HELPERS_RESULTS_DIR"
 BENCHMARKS_FILE = "benchmarks.json"
@@ -261,6 +262,21 @@ def find(records: list[dict], variant: str, *, config: dict | None = None, dtype
     return None
 
 
+@dataclass
+class Markdown:
+    """Markdown text: Jupyter renders it, ``print`` and ``str`` give it as it is."""
+
+    text: str
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
 def markdown_table(header: list[str], rows: list[list], align: list[str] | None = None) -> str:
     """A Markdown table of ``rows`` under ``header``; ``align``: ``"---"`` or ``"---:"`` (right) per column."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align or ["---"] * len(header)) + "|"]
@@ -306,3 +322,67 @@ def figure_path(name: str, slug: str | None = None) -> Path:
     where ``name`` has no suffix); the folder is created when a figure is saved."""
     path = results_dir() / (slug or env.device_slug()) / "figures" / name
     return path if path.suffix else path.with_suffix(".png")
+
+
+# --------------------------------------------------------------------------- the course's report
+#
+# Every stage of the course beside its peers, each as a % of the copy of the same bytes timed
+# in the same run (appendix A5 measures it; the README shows it, and a test keeps the two in step).
+
+REPORT_FILE = "06_report.json"
+# Each record's variant and what the report calls it, stage by stage and then the peers.
+REPORT_ROWS = {
+    "forward": {
+        "selu_naive": "naive (float32 only)",
+        "selu_vectorized_default_launch": "vectorized, default launch",
+        "selu_vectorized": "vectorized, launch tuned on this GPU",
+        "torch_eager": "torch.selu, eager",
+        "torch_compile": "torch.compile(torch.selu)",
+        TRITON: "Triton, 10 lines",
+        "selu_triton": "Triton operator (notebook 05)",
+    },
+    "backward": {
+        "selu_backward": "backward kernel",
+        "torch_eager": "torch's backward (elu_backward)",
+        "selu_triton_backward": "Triton operator's backward",
+    },
+    "step": {
+        "selu_course_autograd": "operator: forward + backward under autograd",
+        "torch_autograd": "torch.selu under autograd",
+    },
+}
+OP_TITLES = {"forward": "forward", "backward": "backward (from x)", "step": "a training step (forward + backward)"}
+
+
+def committed_report_tables(slugs: tuple[str, ...] = GPUS) -> dict[str, dict]:
+    """The committed report table (``results/<slug>/06_report.json``) of each GPU that has one."""
+    return {slug: table | {"source": "committed"} for slug in slugs
+            if (table := load_table(REPORT_FILE, slug)) is not None}
+
+
+def report_pct_of_copy(table: dict, op: str, dtype: str, variant: str) -> float | None:
+    """``variant``'s throughput as a % of the copy's in its own run, or None if not measured."""
+    records = [r for r in table["records"] if r["op"] == op and r["dtype"] == dtype]
+    record = next((r for r in records if r["variant"] == variant), None)
+    return None if record is None else pct_of_copy(record, records)
+
+
+def report_table(found: dict[str, dict], dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16)) -> Markdown:
+    """Each stage and peer as a % of the copy, one column per GPU (key of ``found``) and dtype,
+    forward, backward and step; a row shows where any column has a number."""
+    if not found:
+        return Markdown("*no report table: needs a GPU, and none is committed yet*")
+    columns = [(slug, dtype_name(d)) for slug in found for d in dtypes]
+    header = ["% of the copy"] + [f"{slug.upper()} {name}" for slug, name in columns]
+    lines = []
+    for op, labels in REPORT_ROWS.items():
+        rows = []
+        for variant, label in labels.items():
+            cells = [report_pct_of_copy(found[slug], op, name, variant) for slug, name in columns]
+            if any(cell is not None for cell in cells):
+                rows.append([label] + [f"{cell:.1f}" if cell is not None else "—" for cell in cells])
+        lines += [f"**{OP_TITLES[op]}**", "", markdown_table(header, rows, align=["---"] + ["---:"] * len(columns)), ""]
+    sources = "; ".join(f"{slug.upper()}: {table['device']}, {table['source']}" for slug, table in found.items())
+    return Markdown(f"*{sources}. Each dtype at its problem size; the copy moves the bytes the op must move "
+                    f"(one read and one write forward, two reads and a write backward), in the same run.*\n\n"
+                    + "\n".join(lines))

@@ -1,4 +1,4 @@
-"""The course report's table (helpers/evaluate.py), which appendix A5 and the README show.
+"""The course report's table (helpers/results.py), which appendix A5 and the README show.
 
 * Every ratio is taken against the copy of the record's own run, and a missing row shows as
   a dash, not as a number.
@@ -14,7 +14,7 @@ import re
 import pytest
 import torch
 
-from helpers import env, evaluate
+from helpers import env, results
 
 README = env.REPO_ROOT / "README.md"
 # The README's generated table lies between these two lines.
@@ -39,10 +39,10 @@ def table(device="a GPU"):
 
 def test_ratios_are_within_a_run_and_missing_rows_show_a_dash():
     found = {"h100": table()}
-    assert evaluate.report_pct_of_copy(found["h100"], "forward", "float32", "selu_naive") == pytest.approx(20.0)
-    assert evaluate.report_pct_of_copy(found["h100"], "forward", "float32", "selu_vectorized") == pytest.approx(99.0)
-    assert evaluate.report_pct_of_copy(found["h100"], "forward", "float16", "selu_vectorized") is None
-    text = str(evaluate.report_table(found, dtypes=(torch.float32, torch.float16)))
+    assert results.report_pct_of_copy(found["h100"], "forward", "float32", "selu_naive") == pytest.approx(20.0)
+    assert results.report_pct_of_copy(found["h100"], "forward", "float32", "selu_vectorized") == pytest.approx(99.0)
+    assert results.report_pct_of_copy(found["h100"], "forward", "float16", "selu_vectorized") is None
+    text = str(results.report_table(found, dtypes=(torch.float32, torch.float16)))
     assert "| vectorized, launch tuned on this GPU | 99.0 | — |" in text
     assert "| naive (float32 only) | 20.0 | — |" in text
     assert "| operator: forward + backward under autograd | 95.0 | — |" in text
@@ -56,7 +56,7 @@ def _readme_table() -> tuple[str, int, int]:
 
 
 def test_the_readme_shows_the_committed_report():
-    expected = str(evaluate.report_table(evaluate.committed_report_tables())).rstrip("\n") + "\n"
+    expected = str(results.report_table(results.committed_report_tables())).rstrip("\n") + "\n"
     readme, start, end = _readme_table()
     if os.environ.get("UPDATE_README") == "1":
         README.write_text(readme[:start] + expected + readme[end:])
