@@ -11,13 +11,13 @@ STAMP  := $(VENV)/.installed
 # installed (a CUDA build for your GPU, say) is used as it is. Only when no torch
 # is importable is the tested one installed: the `torch` extra of pyproject.toml,
 # the one place that names versions. From PyPI on Linux that is the CUDA build
-# (about 5 GB with its libraries); `make env TORCH_INDEX=https://download.pytorch.org/whl/cpu`
-# takes the CPU-only build (about 1 GB) from PyTorch's own index instead.
+# (with its CUDA libraries); `make env TORCH_INDEX=https://download.pytorch.org/whl/cpu`
+# takes the much smaller CPU-only build from PyTorch's own index instead.
 TORCH_INDEX ?=
 $(STAMP): pyproject.toml
 	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv --system-site-packages $(VENV); }
 	@$(PY) -c "import torch" 2>/dev/null || { \
-	  echo "no torch importable: installing the tested one (pyproject.toml, extra 'torch'); this downloads 1-5 GB"; \
+	  echo "no torch importable: installing the tested one (pyproject.toml, extra 'torch'); a large download"; \
 	  $(PY) -m pip install --progress-bar on -e ".[torch]" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)); }
 	@echo "installing the course and its packages (pyproject.toml)"
 	$(PY) -m pip install --progress-bar on -e .

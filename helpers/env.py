@@ -10,11 +10,13 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import torch
+from torch.torch_version import TorchVersion
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KERNELS_DIR = REPO_ROOT / "kernels"
@@ -29,6 +31,24 @@ REFERENCE_DEVICE_SLUG = "h100"  # the committed records in results/h100
 # GPU: the H100 SXM5 80 GB (HBM3) and the H200 SXM (HBM3e). No measured time can beat
 # bytes / this; a GPU not listed has no such bound here.
 DATASHEET_BANDWIDTH_GBPS = {"NVIDIA H100 80GB HBM3": 3350.0, "NVIDIA H200": 4800.0}
+
+
+def torch_floor() -> str:
+    """The oldest torch the course runs on: pyproject.toml's ``torch>=`` dependency, the one place
+    that declares it (the oldest torch the course is tested with: the GPU machines')."""
+    dependencies = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return next(d.removeprefix("torch>=") for d in dependencies if d.startswith("torch>="))
+
+
+def check_torch_version(version: str = torch.__version__) -> None:
+    """Refuse, with the reason, a torch older than the floor: the course uses its newer API
+    (``torch.library.triton_op``, ``wrap_triton``, ...) and would otherwise fail mid-notebook."""
+    if TorchVersion(version) < torch_floor():
+        raise ImportError(f"the course needs torch {torch_floor()} or newer (pyproject.toml); this is torch {version}. "
+                          "Upgrade torch, or let `make env` install the tested one into a fresh .venv.")
+
+
+check_torch_version()
 
 
 def is_ci() -> bool:

@@ -23,6 +23,9 @@ DPI = 110  # with the sizes below: PNGs of a few tens of kB, notebooks stay smal
 THROUGHPUT_SIZE = (7.0, 4.2)
 BAND_ALPHA = 0.2
 COPY_LABEL = "torch copy_ (yardstick)"
+# What bench.roofline_copy times for each pass: the same bytes, with torch's kernels.
+COPY_LABELS = {"forward": COPY_LABEL, "backward": "torch.add(a, b, out=out) (yardstick)",
+               "step": "copy_, then add (yardstick)"}
 
 
 def datasheet_gbps(records: list[dict]) -> float | None:
@@ -66,9 +69,10 @@ def _titles(fig: Figure, ax, title: str, label: str | None) -> None:
         ax.set_title(title)
 
 
-def _save(fig: Figure, data: dict, save_as: str | Path | None, records: list[dict]) -> None:
-    """PNG and JSON with the same stem; a bare name goes to the records' figures folder."""
-    if save_as is None:
+def _save(fig: Figure, data: dict, save_as: str | Path | None, records: list[dict], shown: list[dict]) -> None:
+    """PNG and JSON with the same stem; a bare name goes to the records' figures folder. Committed
+    records shown where they were not measured (``shown.measured`` false) are not filed again."""
+    if save_as is None or getattr(shown, "measured", True) is False:
         return
     if isinstance(save_as, Path):
         save_figure(fig, data, save_as)
@@ -105,7 +109,7 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
         x = [r["numel"] for r in rows]
         y, low, high = ([r[k] for r in rows] for k in ("gbps", "gbps_q20", "gbps_q80"))
         if name == COPY:
-            ax.plot(x, y, linestyle="--", color="black", linewidth=1.5, label=COPY_LABEL, zorder=3)
+            ax.plot(x, y, linestyle="--", color="black", linewidth=1.5, label=COPY_LABELS[op], zorder=3)
         else:
             ax.plot(x, y, marker="o", markersize=3, linewidth=1.5, label=name, color=variant_color(name))
             ax.fill_between(x, low, high, color=variant_color(name), alpha=BAND_ALPHA, linewidth=0)
@@ -129,7 +133,7 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
     data = {"figure": "throughput", "title": title, "label": label, "op": op, "dtype": dtype_name(dtype),
             "device": chosen[0].get("device"), "datasheet_gbps": peak, "series": series,
             "variants": names}  # the legend's order (the keys of "series" are stored sorted)
-    _save(fig, data, save_as, chosen)
+    _save(fig, data, save_as, chosen, records)
     plt.close(fig)  # shown once, as the returned value, and never left open in pyplot
     return fig
 
@@ -152,7 +156,7 @@ def roofline_bars(records: list[dict], *, numel: int, dtype="float32", op: str =
                     alpha=0.8)
     ax.bar_label(drawn, labels=[f"{p:.1f}%" for p in pct], padding=3, fontsize=8)  # 100.4% and 99.8% differ
     ax.axvline(100, color="black", linestyle="--", linewidth=1.5,
-               label=f"torch copy_ = 100% ({copy['gbps']:.0f} GB/s)")
+               label=f"{COPY_LABELS[op].removesuffix(' (yardstick)')} = 100% ({copy['gbps']:.0f} GB/s)")
     peak = datasheet_gbps(chosen)
     peak_pct = None if peak is None else 100 * peak / copy["gbps"]
     if peak_pct is not None:
@@ -167,6 +171,6 @@ def roofline_bars(records: list[dict], *, numel: int, dtype="float32", op: str =
             "numel": numel, "device": copy.get("device"), "copy_gbps": copy["gbps"], "datasheet_gbps": peak,
             "bars": [{"variant": r["variant"], "config": r.get("config"), "pct_of_copy": r["pct_of_copy"],
                       "gbps": r["gbps"], "median_ms": r["median_ms"]} for r in bars]}
-    _save(fig, data, save_as, chosen)
+    _save(fig, data, save_as, chosen, records)
     plt.close(fig)
     return fig

@@ -129,6 +129,12 @@ def this_gpu() -> str | None:
     return env.device_slug() if env.can_build_cuda() else None
 
 
+def newest_table(filename: str, slug: str) -> dict | None:
+    """Table ``filename`` of ``slug`` as this run wrote it (another notebook of the same run on this
+    GPU), else the committed one (None if neither exists)."""
+    return (load_table(filename, slug, results_dir()) if slug == this_gpu() else None) or load_table(filename, slug)
+
+
 def tables_of_every_gpu(filename: str, measure) -> dict[str, dict]:
     """Table ``filename`` of each GPU, by slug: ``measure()`` on this one, saved with this run's results,
     and the committed table of every other one of :data:`GPUS`, so that the GPUs can be compared."""

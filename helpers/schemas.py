@@ -76,11 +76,16 @@ IN_PLACE_OPS = ("selu_vectorized_",)  # write into their input: an Autograd-key 
 # The functional forward operators: the ones an autograd rule is registered for.
 FORWARD_OPS = tuple(name for name in SCHEMAS
                     if "." not in name and name not in BACKWARD_OPS + IN_PLACE_OPS + COPY_OPS + PROBE_OPS)
+# The functional operators that map each element on its own, as torch.selu does: tagged
+# pointwise, batched by vmap in one call. (The first drafts of notebook 02 are left out.)
+POINTWISE_OPS = tuple(name for name in FORWARD_OPS + COPY_OPS + BACKWARD_OPS if not name.startswith("mistake_"))
 
+# region: define
 # Kept alive for the life of the process: dropping a Library object deregisters what it registered.
 LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 for _name, _schema in {**SCHEMAS, **CONFIG_SCHEMAS}.items():
-    LIBRARY.define(_name + _schema)
+    LIBRARY.define(_name + _schema, tags=(torch.Tag.pointwise,) if _name in POINTWISE_OPS else ())
+# endregion
 
 
 def qualified(name: str) -> str:
@@ -152,6 +157,7 @@ def _register_fakes() -> None:
 
         torch.library.register_fake(qualified(name), fake_backward, lib=LIBRARY)
     torch.library.register_fake(qualified("pointer_chase"), _fake_pointer_chase, lib=LIBRARY)
+    # region: fakes
     for name in SCHEMAS:
         if name in BACKWARD_OPS + PROBE_OPS:
             continue
@@ -168,6 +174,7 @@ def _register_fakes() -> None:
                 return torch.empty_like(x)
 
             torch.library.register_fake(qualified(name), fake, lib=LIBRARY)
+    # endregion
 
 
 # ----------------------------------------------------------------------------- refusing a gradient
@@ -179,6 +186,7 @@ NO_BACKWARD_YET = (
 )
 
 
+# region: forbid_gradients
 def forbid_gradients(name: str, lib: torch.library.Library) -> None:
     """An autograd rule that refuses to run when a gradient is wanted: without any rule, a
     custom operator's result would silently not require grad. ``setup_context`` runs only when
@@ -188,6 +196,7 @@ def forbid_gradients(name: str, lib: torch.library.Library) -> None:
         raise RuntimeError(NO_BACKWARD_YET.format(op=qualified(name)))
 
     torch.library.register_autograd(qualified(name), refuse, setup_context=refuse, lib=lib)
+# endregion
 
 
 # The forward operators' autograd rules, in a library of their own that helpers.ops swaps;
@@ -304,7 +313,54 @@ def _forbid_gradients_out(name: str) -> None:
     LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
 
 
+# ----------------------------------------------------------------------------- vmap and autocast
+
+
+# region: vmap
+def _register_vmap(name: str) -> None:
+    """torch.vmap in one call of the operator: an elementwise operator is blind to which
+    dimension is the batch, so the batched tensor goes in whole (without a rule, vmap would
+    call the operator once per batch element, and warn)."""
+    op = overload(name)
+
+    def one_input(info, in_dims, x, *arguments):
+        return op(x, *arguments), in_dims[0]  # the result has x's shape: the batch stays where it was
+
+    def two_inputs(info, in_dims, grad, saved):
+        if in_dims[0] == in_dims[1]:  # both batched alike
+            return op(grad, saved), in_dims[0]
+        # The batch first in both; one that is not batched is repeated for each batch element.
+        grad, saved = (t.movedim(d, 0) if d is not None else t.expand(info.batch_size, *t.shape)
+                       for t, d in zip((grad, saved), in_dims))
+        return op(grad, saved), 0
+
+    torch.library.register_vmap(qualified(name), two_inputs if name in BACKWARD_OPS else one_input, lib=LIBRARY)
+# endregion
+
+
+# region: autocast
+def _register_autocast(name: str) -> None:
+    """Under torch.autocast, SELU runs in its input's dtype, as torch.selu does (it is on none of
+    autocast's lists): a one-input operator needs no rule. The backward operators take two
+    tensors, which autocast may leave in two dtypes (a float32 gradient of a bfloat16 result);
+    they run in the wider one, as autocast's "promote" operators do. Outside autocast, two
+    dtypes stay an error."""
+    op = overload(name)
+    for device_type in ("cpu", "cuda"):
+        def promote(grad, saved, _device_type=device_type):
+            dtype = torch.promote_types(grad.dtype, saved.dtype)
+            with torch.autocast(_device_type, enabled=False):
+                return op(grad.to(dtype), saved.to(dtype))
+
+        LIBRARY.impl(name, promote, f"Autocast{device_type.upper()}")
+# endregion
+
+
 _register_fakes()
+for _name in POINTWISE_OPS:
+    _register_vmap(_name)
+for _name in BACKWARD_OPS:
+    _register_autocast(_name)
 _register_double_backward()
 for _name in SCHEMAS:
     if _name.endswith(".out"):

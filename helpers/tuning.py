@@ -20,7 +20,7 @@ that loop over the tiles (``2048 / threads`` per SM, as many as an SM holds).
 
 Near-equals are not told apart by one median each: the candidates differ by a percent
 or two, about what a median moves from run to run. On a GPU that runs at its board power
-limit (the H200 moving memory at full speed does, notebook 03b), the SM clock itself moves
+limit (the H200 moving memory at full speed does, appendix A2_power_and_clocks), the SM clock itself moves
 from one second to the next, and every kernel's time with it. So the fastest few of the
 first pass and the kernel's default launch are timed again, taking turns, :data:`ROUNDS`
 times (:func:`helpers.bench.take_turns`), and each round times the copy too: a launch is

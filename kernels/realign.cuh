@@ -1,10 +1,11 @@
 // Misaligned fp16 and bf16 inputs read 16 bytes at a time anyway, realigned in
-// registers (notebook 03b): the loads of the roofline loop (vectorized_loops.cuh,
-// map_tiles) for a 16-bit input that is not 16-byte aligned where out is, e.g.
-// x[1:] into a fresh result.
+// registers (notebook A4_realignment): the roofline loop of vectorized_loops.cuh
+// (map_tiles), as map_realigned_tiles, for a 16-bit input that is not 16-byte
+// aligned where out is, e.g. x[1:] into a fresh result.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "vectors.cuh"
 
@@ -28,7 +29,7 @@ namespace selu_course {
 // Chunk 0 starts up to 14 bytes before the input's first element: memory of the
 // same allocation, since CUDA's allocators return memory aligned to 256 bytes.
 // It is read, never written. The chunk after the last vector's is kept inside
-// the tensor by map_tiles, which leaves one vector's worth of elements
+// the tensor by map_realigned_tiles, which leaves one vector's worth of elements
 // (kSlackElements) to its one-by-one tail.
 struct Realignment {
   const uint4* chunks;  // the 16-byte boundary at or before the input's first element
@@ -44,7 +45,7 @@ __device__ __forceinline__ Realignment realignment(const T* first) {
   return {reinterpret_cast<const uint4*>(address - bytes), bytes / 4, (bytes % 4) * 8};
 }
 
-// Whether map_tiles realigns its inputs in registers: fp16 and bf16 whose
+// Whether map_vectors realigns its inputs in registers: fp16 and bf16 whose
 // inputs are not all 16-byte aligned where out is.
 template <typename T, bool ALIGNED>
 constexpr bool kRealigns = !ALIGNED && sizeof(T) == 2;
@@ -115,7 +116,7 @@ __device__ __forceinline__ uint4 realign(uint4 own, uint4 sent, uint4 after, boo
                     __funnelshift_r(window[3], window[4], realignment.shift));
 }
 
-// Step 1 of map_tiles for realigned inputs: the tile's vectors of every input,
+// Step 1 of map_realigned_tiles: the tile's vectors of every input,
 // into packs. The shuffles need every lane of the warp, so this runs outside
 // the `i < num_vectors` test, on whatever a lane past the end holds. WHOLE:
 // the tile and the chunk after it lie inside the tensor (whole_realigned_tile),
@@ -160,6 +161,61 @@ __device__ __forceinline__ void realigned_loads(Pack<T> (&packs)[INPUTS][VECTORS
       packs[k][v].vector = realign<WORDS>(own[k][v], sent, after[k], lane == 31 && last_step, realignments[k]);
     }
   }
+}
+// endregion
+
+// region: realigned_tiles
+// A tile of realigned inputs that lies whole inside the tensor: its vectors,
+// and the chunk after its last, are all at most num_vectors. Every tile but the
+// last is one. So map_realigned_tiles' steps 1 and 2, without a bounds test: realigned
+// vectors cost more instructions than aligned ones, and where a GPU issues
+// instructions at the limit of its clock (the H200 in fp16 and bf16) each one
+// costs time.
+template <int WORDS, typename T, int VECTORS_PER_THREAD, typename Op, int INPUTS>
+__device__ __forceinline__ void whole_realigned_tile(Op op, typename VectorOf<T>::type* out_vectors,
+                                                     const T* (&inputs)[INPUTS], int64_t tile_start,
+                                                     int64_t num_vectors) {
+  Pack<T> packs[INPUTS][VECTORS_PER_THREAD];
+  realigned_loads<true, WORDS>(packs, inputs, tile_start, num_vectors);
+#pragma unroll
+  for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+    apply_to_vector<T>(op, packs, v, std::make_index_sequence<INPUTS>{});
+    out_vectors[warp_run_vector<VECTORS_PER_THREAD>(tile_start, v)] = packs[0][v].vector;
+  }
+}
+
+// map_tiles (vectorized_loops.cuh) for fp16 and bf16 inputs realigned in
+// registers: the same tiles, loads first, but each warp takes a run of
+// consecutive vectors (warp_run_vector), and one vector's worth of elements
+// (kSlackElements) is left to the one-by-one tail so that the chunk after the
+// last vector's lies inside the tensor. WORDS: see realign.
+template <typename T, int VECTORS_PER_THREAD, int WORDS, typename Op, typename... Inputs>
+__device__ __forceinline__ void map_realigned_tiles(Op op, T* out, int64_t numel, const Inputs*... inputs) {
+  using Vector = typename VectorOf<T>::type;
+  constexpr int kInputs = sizeof...(Inputs);
+  const T* in_body[kInputs] = {inputs...};
+  Vector* out_vectors = reinterpret_cast<Vector*>(out);
+  const int64_t slack = kSlackElements<T, false>;
+  const int64_t num_vectors = numel > slack ? (numel - slack) / kElementsPerVector<T> : 0;
+  const int64_t tile = static_cast<int64_t>(blockDim.x) * VECTORS_PER_THREAD;
+
+  for (int64_t tile_start = blockIdx.x * tile; tile_start < num_vectors; tile_start += gridDim.x * tile) {
+    if (tile_start + tile <= num_vectors) {  // every tile but the last: no test needed
+      whole_realigned_tile<WORDS, T, VECTORS_PER_THREAD>(op, out_vectors, in_body, tile_start, num_vectors);
+      continue;
+    }
+    Pack<T> packs[kInputs][VECTORS_PER_THREAD];
+    realigned_loads<false, WORDS>(packs, in_body, tile_start, num_vectors);
+#pragma unroll
+    for (int v = 0; v < VECTORS_PER_THREAD; ++v) {
+      const int64_t i = warp_run_vector<VECTORS_PER_THREAD>(tile_start, v);
+      if (i < num_vectors) {
+        apply_to_vector<T>(op, packs, v, std::make_index_sequence<kInputs>{});
+        out_vectors[i] = packs[0][v].vector;
+      }
+    }
+  }
+  map_tail(op, out, num_vectors * kElementsPerVector<T>, numel, inputs...);
 }
 // endregion
 

@@ -95,6 +95,7 @@ void check_input(const at::Tensor& t, const char* op) {
   check_floating(t, op);
 }
 
+// region: operators
 template <typename Op>
 at::Tensor backward_with(const at::Tensor& grad, const at::Tensor& saved, const char* op, Op element_op) {
   check_input(grad, op);
@@ -120,12 +121,15 @@ at::Tensor backward_from_input(const at::Tensor& grad, const at::Tensor& x) {
 at::Tensor backward_from_output(const at::Tensor& grad, const at::Tensor& y) {
   return backward_with(grad, y, "selu_course::selu_backward_from_output", SeluBackwardFromOutputOp{});
 }
+// endregion
 
 }  // namespace
 
+// region: registration
 TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
   m.impl("selu_backward", &backward_from_input);
   m.impl("selu_backward_from_output", &backward_from_output);
 }
+// endregion
 
 }  // namespace selu_course

@@ -102,6 +102,7 @@ at::Tensor copy_vectorized(const at::Tensor& x) {
 
 // The schemas are defined once, in helpers/ops.py; a kernel registered here
 // whose C++ signature does not match its schema is refused when it loads.
+// region: registration
 TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
   m.impl("selu_naive", &selu_naive);
   m.impl("selu_naive.out", &selu_naive_out);
@@ -112,6 +113,7 @@ TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
   m.impl("selu_vectorized_with_config", &selu_vectorized_with_config);
   m.impl("copy_vectorized", &copy_vectorized);
 }
+// endregion
 
 // The arithmetic of selu_vectorized's launch (launch.h), answered on every machine:
 // these take no tensor, so they run as CompositeExplicitAutograd, the kernel the

@@ -49,10 +49,12 @@ at::Tensor selu_naive_unrolled(const at::Tensor& x, int64_t elements_per_thread)
 
 }  // namespace
 
+// region: registration
 TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
   m.impl("selu_naive", &selu_naive);
   m.impl("selu_naive.out", &selu_naive_out);
   m.impl("selu_naive_unrolled", &selu_naive_unrolled);
 }
+// endregion
 
 }  // namespace selu_course

@@ -7,9 +7,12 @@
 #include <cuda_fp16.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <ATen/OpMathType.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 namespace selu_course {
 
@@ -66,6 +69,61 @@ __device__ __forceinline__ uint32_t pack_pair(float2 values, c10::Half) {
   uint32_t word;
   memcpy(&word, &pair, sizeof word);
   return word;
+}
+// endregion
+
+// region: apply
+// op on one element of every input, in the math type: out = T(op(M(a), M(b)...)),
+// with M = at::opmath_type<T> (float for fp16 and bf16: one rounding, on the
+// way out, as torch does; T itself for fp32 and fp64).
+//
+// Identity is the element function of a copy (copy_vectorized_kernel): the loops
+// then move the bytes and compute nothing, with no round trip through the math
+// type, which for fp16 and bf16 would change the payload of a NaN.
+struct Identity {};
+
+template <typename T, typename Op, typename... Inputs>
+__device__ __forceinline__ T apply(Op op, Inputs... values) {
+  if constexpr (std::is_same_v<Op, Identity>) {
+    static_assert(sizeof...(Inputs) == 1, "a copy has one input");
+    return (values, ...);
+  } else {
+    using opmath_t = at::opmath_type<T>;
+    return static_cast<T>(op(static_cast<opmath_t>(values)...));
+  }
+}
+
+// op on vector v of every input, into packs[0][v]. 16-bit types two at a time:
+// each 32-bit word is unpacked to two floats, and the two results packed with
+// one conversion (vectors.cuh, pairs).
+template <typename T, typename Op, typename Packs, std::size_t... K>
+__device__ __forceinline__ void apply_to_vector(Op op, Packs& packs, int v, std::index_sequence<K...>) {
+  if constexpr (std::is_same_v<Op, Identity>) {
+    return;  // packs[0][v] is the input's vector, stored as it was loaded
+  } else if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 pairs[] = {unpack_pair(packs[K][v].words[w], T{})...};
+      const float low = op(pairs[K].x...);
+      const float high = op(pairs[K].y...);
+      packs[0][v].words[w] = pack_pair(make_float2(low, high), T{});
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kElementsPerVector<T>; ++e) {
+      packs[0][v].elements[e] = apply<T>(op, packs[K][v].elements[e]...);
+    }
+  }
+}
+
+// The elements after the last whole vector (fewer than a vector's, or a few
+// more where a loop leaves slack), one by one, by the first threads of block 0.
+template <typename T, typename Op, typename... Inputs>
+__device__ __forceinline__ void map_tail(Op op, T* out, int64_t first, int64_t numel, const Inputs*... inputs) {
+  const int64_t i = first + threadIdx.x;
+  if (blockIdx.x == 0 && i < numel) {
+    out[i] = apply<T>(op, inputs[i]...);
+  }
 }
 // endregion
 

@@ -63,6 +63,6 @@ def test_the_readme_shows_the_committed_report():
         readme, start, end = _readme_table()
     assert readme[start:end] == expected, ("the README's report table is not the committed records' table; rewrite "
                                            "it with UPDATE_README=1 pytest tests/test_course_report.py -k readme")
-    assert "(results/figures/06_report.png)" in readme
-    assert (env.REPO_ROOT / "results" / "figures" / "06_report.png").exists()
+    assert "(results/h100/figures/06_report.png)" in readme
+    assert (env.REPO_ROOT / "results" / "h100" / "figures" / "06_report.png").exists()
     assert re.search(r"\| H100 float32 \|", readme[start:end])

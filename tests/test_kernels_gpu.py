@@ -151,7 +151,7 @@ def test_launch_for_size_describes_this_gpus_launch_by_default(dtype):
 
 def realigned_sizes(tile_vectors: int) -> tuple[int, ...]:
     """Sizes of a misaligned fp16 or bf16 input (8 elements a vector) whose vector loop
-    (vectorized_loops.cuh: all but the 8 slack elements) ends three tiles in with the last
+    (map_realigned_tiles, realign.cuh: all but the 8 slack elements) ends three tiles in with the last
     tile whole, one vector into a fourth tile, and one vector short of the third's end."""
     slack, per_vector = 8, 8
     return tuple(slack + (3 * tile_vectors + extra) * per_vector + tail

@@ -109,8 +109,8 @@ def test_misaligned_input_is_read_narrower_and_written_by_vector(compiled, ctype
     assert sum(nvcc.vector_stores(ptx, kernel).values()) == vectors
 
 
-# A misaligned fp16 or bf16 input is realigned in registers (vectorized_loops.cuh,
-# region realign): per vector, one aligned 16-byte load of the lane's own chunk and
+# A misaligned fp16 or bf16 input is realigned in registers (realign.cuh,
+# map_realigned_tiles): per vector, one aligned 16-byte load of the lane's own chunk and
 # shuffles that pass the next chunk's first words from lane to lane; per tile, one
 # more 16-byte load, of the chunk after the warp's run (lane 31's). With one input
 # the kernel holds four copies of the loop, one per word offset 0 to 3, which

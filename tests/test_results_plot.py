@@ -170,6 +170,17 @@ def test_here_or_reference_measures_on_a_gpu_and_reads_the_reference_elsewhere(m
 # --------------------------------------------------------------------------- plots
 
 
+def test_committed_records_shown_elsewhere_are_not_filed_again(tmp_path, sweep_records):
+    """make reproduce on a CPU shows the committed GPU records; it must not write them as its own."""
+    shown = results.Records(sweep_records, source="no GPU here; reference", measured=False)
+    plot.throughput(shown, title="SELU forward", save_as="throughput")
+    plot.roofline_bars(shown, numel=2**24, title="SELU forward", save_as="bars")
+    assert not list(tmp_path.rglob("*.png"))
+    plot.throughput(results.Records(sweep_records, source="measured in this run", measured=True),
+                    title="SELU forward", save_as="throughput")
+    assert (tmp_path / "h100" / "figures" / "throughput.png").exists()
+
+
 def test_throughput_writes_png_and_the_plotted_numbers(tmp_path, sweep_records):
     label = results.reference_label(sweep_records)
     fig = plot.throughput(sweep_records, title="SELU forward", save_as="throughput", label=label)

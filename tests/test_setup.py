@@ -121,3 +121,31 @@ def stop(server):
         server.wait(timeout=20)
     except subprocess.TimeoutExpired:
         os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_an_older_torch_than_the_floor_is_refused_with_the_reason():
+    floor = env.torch_floor()
+    env.check_torch_version(floor)  # the floor itself runs
+    major, minor = (int(part) for part in floor.split(".")[:2])
+    with pytest.raises(ImportError, match=rf"needs torch {re.escape(floor)} or newer.*this is torch {major}\.{minor - 1}"):
+        env.check_torch_version(f"{major}.{minor - 1}.0")
+
+
+def test_every_helpers_module_and_every_notebooks_imports_load_on_this_torch():
+    """Each in a fresh interpreter: a module-level import of an API this torch lacks fails here
+    (on the GPU machines this torch is the floor)."""
+    import ast
+
+    import nbformat
+
+    from helpers import __all__ as modules
+
+    lines = [f"import helpers.{name}" for name in modules]
+    for path in sorted(env.NOTEBOOKS_DIR.glob("*.ipynb")):
+        first = next(c for c in nbformat.read(path, 4).cells if c.cell_type == "code")
+        lines += [ast.unparse(node) for node in ast.parse(first.source).body
+                  if isinstance(node, (ast.Import, ast.ImportFrom))]
+    script = "\n".join(dict.fromkeys(lines)) + "\nprint('imported', flush=True)"
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr[-3000:]
