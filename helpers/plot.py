@@ -164,7 +164,7 @@ def roofline_bars(records: list[dict], *, numel: int, dtype="float32", op: str =
                    label=f"datasheet peak = {peak_pct:.1f}% ({peak:.0f} GB/s)")
     ax.set_xlim(0, max(115, max(pct) * 1.15, (peak_pct or 0) * 1.05))  # room for the labels past the longest bar
     ax.set_xlabel(f"% of copy throughput, {numel:,} {dtype_name(dtype)} elements")
-    ax.legend(fontsize=8, loc="lower right")
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2)  # below the axes: no bar or label hidden
     _titles(fig, ax, title, label)
 
     data = {"figure": "roofline_bars", "title": title, "label": label, "op": op, "dtype": dtype_name(dtype),

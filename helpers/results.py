@@ -285,8 +285,11 @@ class Markdown:
 
 def markdown_table(header: list[str], rows: list[list], align: list[str] | None = None) -> str:
     """A Markdown table of ``rows`` under ``header``; ``align``: ``"---"`` or ``"---:"`` (right) per column."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align or ["---"] * len(header)) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+    def cells(row):  # a "|" inside a cell would end it: escaped, it is shown as it is
+        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |"
+
+    lines = [cells(header), "|" + "|".join(align or ["---"] * len(header)) + "|"]
+    return "\n".join(lines + [cells(row) for row in rows])
 
 
 def table(records: list[dict], *, numel: int | None = None, dtype: torch.dtype | str | None = None,

@@ -232,17 +232,18 @@ def _register_double_backward() -> None:
 
     def from_input(ctx, grad_grad_in):
         # grad_in = grad * f(x) with f(x) = lambda for x > 0, lambda*alpha*e^x otherwise, so
-        # d/dgrad = f(x), and d/dx = grad * f'(x) = grad * lambda*alpha*e^x where x <= 0, else 0.
+        # d/dgrad = f(x), and d/dx = grad * f'(x) = 0 where x > 0, else grad * lambda*alpha*e^x. Tested
+        # as the forward tests it (x > 0): a NaN x takes the exp branch, and its NaN carries through.
         grad, x = ctx.saved_tensors
         d_grad = torch.ops.selu_course.selu_backward.default(grad_grad_in, x)
-        d_x = torch.where(x <= 0, torch.ops.selu_course.selu_backward.default(grad * grad_grad_in, x), 0)
+        d_x = torch.where(x > 0, 0, torch.ops.selu_course.selu_backward.default(grad * grad_grad_in, x))
         return d_grad, d_x
 
     def from_output(ctx, grad_grad_in):
         # grad_in = grad * (y + lambda*alpha) for y <= 0, grad * lambda otherwise.
         grad, y = ctx.saved_tensors
         d_grad = torch.ops.selu_course.selu_backward_from_output.default(grad_grad_in, y)
-        d_y = torch.where(y <= 0, grad * grad_grad_in, 0)
+        d_y = torch.where(y > 0, 0, grad * grad_grad_in)
         return d_grad, d_y
 
     for name, rule in (("selu_backward", from_input), ("selu_backward_from_output", from_output)):

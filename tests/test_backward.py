@@ -150,6 +150,21 @@ def test_gradcheck_and_double_backward(name):
     assert torch.autograd.gradgradcheck(ops.overload(name), (grad, saved))
 
 
+@pytest.mark.parametrize("name", ops.BACKWARD_OPS)
+def test_a_nan_takes_the_exp_branch_at_every_order(name):
+    """The rules test x > 0 (y > 0) as the forward does, so a NaN takes the exp branch through the
+    gradient of the gradient too (testing x <= 0 would send it to the other branch's 0)."""
+    x = torch.tensor([float("nan"), -1.5, 2.0], dtype=torch.float64)
+    saved = saved_for(name, x).requires_grad_()
+    grad = torch.ones_like(x, requires_grad=True)
+    grad_in = ops.overload(name)(grad, saved)
+    d_grad, d_saved = torch.autograd.grad(grad_in.sum(), (grad, saved))
+    assert grad_in[0].isnan() and d_grad[0].isnan() and not torch.cat([grad_in, d_grad, d_saved])[1:3].isnan().any()
+    # From x, the exp branch's d/dx is grad * lambda*alpha*e^x: NaN. From y, grad * (y + lambda*alpha)
+    # has d/dy = grad whatever y is: 1 here, where the x > 0 branch has 0.
+    assert d_saved[0].isnan() if name == "selu_backward" else d_saved[0] == 1
+
+
 @pytest.fixture
 def backward_enabled():
     ops.enable_backward()
