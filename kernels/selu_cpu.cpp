@@ -125,4 +125,31 @@ TORCH_LIBRARY_IMPL(selu_course, CompositeExplicitAutograd, m) {
   m.impl("check_elements_per_thread", &check_elements_per_thread_op);
 }
 
+// selu_vectorized's launch table lives in its CUDA library (selu_vectorized.cu), whose
+// CompositeExplicitAutograd kernels answer these two. They are registered here as well, at
+// the CPU key, which a call without tensors never reaches, for one reason: the dispatcher
+// keeps the C++ signature of an operator's first kernel (a type_info inside the library that
+// registered it) and compares every later kernel with it. That library must stay loaded: this
+// one does, so a rebuilt CUDA library can replace the loaded one, again and again (an edited
+// kernel, build.loaded), without a comparison that reads the memory of an unloaded library,
+// which crashed the process.
+namespace {
+constexpr const char* kLaunchTableInCuda =
+    ": selu_vectorized's launch table lives in its CUDA library; build.load(\"selu_vectorized\") "
+    "where a GPU and nvcc are, then call it again.";
+
+void set_launch_config_without_cuda(c10::Device, at::ScalarType, int64_t, int64_t, int64_t) {
+  TORCH_CHECK(false, "selu_course::set_launch_config", kLaunchTableInCuda);
+}
+
+std::vector<int64_t> launch_config_without_cuda(c10::Device, at::ScalarType) {
+  TORCH_CHECK(false, "selu_course::launch_config", kLaunchTableInCuda);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
+  m.impl("set_launch_config", &set_launch_config_without_cuda);
+  m.impl("launch_config", &launch_config_without_cuda);
+}
+
 }  // namespace selu_course

@@ -6,6 +6,8 @@ The operators' behaviour once loaded is tested in tests/test_ops.py; here, what
 """
 import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -269,3 +271,25 @@ def test_show_source_prints_outside_jupyter(capsys):
     assert "// region:" not in printed and "// endregion" not in printed
     build.show_source("selu_math.cuh")
     assert capsys.readouterr().out.rstrip().endswith("}  // namespace selu_course")
+
+
+@pytest.mark.gpu
+def test_a_rebuilt_cuda_library_can_replace_the_loaded_one_again_and_again():
+    """selu_vectorized.cu rebuilt with another flag and swapped in and out twice (build.loaded), in a
+    fresh process so that the first CUDA library loaded is the one swapped out. The launch-table
+    operators are CUDA-only; their first kernel's C++ signature, which the dispatcher compares every
+    later one with, must not belong to a library that is unloaded (kernels/selu_cpu.cpp anchors it).
+    Before that, the process died in the dispatcher when the first library was loaded again."""
+    script = ("import torch\n"
+              "from helpers import build, ops\n"
+              "build.load('selu_vectorized')\n"
+              "x = torch.randn(4099, device='cuda')\n"
+              "for _ in range(2):\n"
+              "    with build.loaded('selu_vectorized', extra_cuda_cflags=('-DSELU_COURSE_FRESH_BUILD',)):\n"
+              "        assert torch.equal(ops.selu_vectorized(x), torch.selu(x))\n"
+              "    assert torch.equal(ops.selu_vectorized(x), torch.selu(x))\n"
+              "print('alive', ops.launch_config('cuda', torch.float32), flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=env.REPO_ROOT, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [str(env.REPO_ROOT), os.environ.get("PYTHONPATH")]))})
+    assert done.returncode == 0 and "alive" in done.stdout, done.stderr[-3000:]

@@ -147,5 +147,6 @@ def test_every_helpers_module_and_every_notebooks_imports_load_on_this_torch():
                   if isinstance(node, (ast.Import, ast.ImportFrom))]
     script = "\n".join(dict.fromkeys(lines)) + "\nprint('imported', flush=True)"
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr[-3000:]
