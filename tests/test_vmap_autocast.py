@@ -1,7 +1,7 @@
 """The operators under torch.vmap and torch.autocast, and their pointwise tag (helpers/schemas.py).
 
 * vmap calls an operator once on the whole batch (its batching rule), wherever the batch
-  dimension is, with no warning of the slow per-sample fallback, and gives what the
+  dimension is (the fallback would call it once per sample), and gives what the
   operator gives on each sample;
 * under autocast a one-input operator runs in its input's dtype, as torch.selu does; a
   backward operator given two dtypes runs in the wider one, and outside autocast refuses;
@@ -11,10 +11,9 @@ Each test runs on the CPU and, where there is a GPU (``gpu`` marker), on CUDA.
 """
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import build, check, ops
 
@@ -34,11 +33,26 @@ def normal(shape, device, seed, dtype=torch.float32) -> torch.Tensor:
     return check.make_input("normal", shape, dtype, device, torch.Generator().manual_seed(seed))
 
 
-def without_fallback_warning(fn, *args):
-    """fn(*args), failing on any warning: vmap warns when it falls back to one call per sample."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        return fn(*args)
+class CourseCalls(TorchDispatchMode):
+    """Records the input shapes of every selu_course operator call below vmap."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "selu_course":
+            self.shapes.append(tuple(args[0].shape))
+        return func(*args, **(kwargs or {}))
+
+
+def in_one_call(fn, *args):
+    """fn(*args), checking that the operator ran once, on the whole batch: without a batching rule
+    vmap falls back to one call per sample (and only warns on stderr)."""
+    with CourseCalls() as calls:
+        result = fn(*args)
+    assert len(calls.shapes) == 1, f"the operator ran {len(calls.shapes)} times, on {calls.shapes}"
+    return result
 
 
 @pytest.mark.parametrize("name", UNARY)
@@ -46,7 +60,7 @@ def without_fallback_warning(fn, *args):
 def test_vmap_of_a_unary_operator_is_one_call_per_batch(device, name, batch_dim):
     op, extra = ops.overload(name), UNARY[name]
     x = normal((6, 5, 7), device, seed=batch_dim + 1)
-    batched = without_fallback_warning(torch.vmap(lambda t: op(t, *extra), in_dims=batch_dim), x)
+    batched = in_one_call(torch.vmap(lambda t: op(t, *extra), in_dims=batch_dim), x)
     per_sample = torch.stack([op(sample, *extra) for sample in x.unbind(batch_dim)])
     assert torch.equal(batched, per_sample)
 
@@ -57,7 +71,7 @@ def test_vmap_of_a_backward_operator_pairs_the_samples(device, name, in_dims):
     op = ops.overload(name)
     grad, saved = normal((4, 4, 9), device, seed=1), normal((4, 4, 9), device, seed=2)
     grad, saved = (t if d is not None else t[0] for t, d in zip((grad, saved), in_dims))
-    batched = without_fallback_warning(torch.vmap(op, in_dims=in_dims), grad, saved)
+    batched = in_one_call(torch.vmap(op, in_dims=in_dims), grad, saved)
     samples = [t.unbind(d) if d is not None else [t] * 4 for t, d in zip((grad, saved), in_dims)]
     assert torch.equal(batched, torch.stack([op(g, s) for g, s in zip(*samples)]))
 
@@ -66,7 +80,7 @@ def test_vmap_of_the_operator_with_its_gradient(device):
     ops.enable_backward()
     try:
         x = normal((3, 17), device, seed=3).requires_grad_()
-        without_fallback_warning(torch.vmap(ops.selu_vectorized), x).sum().backward()
+        in_one_call(torch.vmap(ops.selu_vectorized), x).sum().backward()
         assert torch.equal(x.grad, ops.selu_backward(torch.ones_like(x), x.detach()))
     finally:
         ops.disable_backward()
