@@ -311,3 +311,10 @@ def test_tables_of_every_gpu_measure_this_one_and_read_the_others_committed(tmp_
 def test_markdown_table_aligns_its_columns():
     assert results.markdown_table(["a", "b"], [[1, "x"]], ["---", "---:"]) == "| a | b |\n|---|---:|\n| 1 | x |"
     assert results.markdown_table(["a"], []) == "| a |\n|---|"
+
+
+def test_a_bar_inside_a_markdown_table_cell_is_escaped_not_a_new_column():
+    text = results.markdown_table(["outcome", "ok"], [["max |Δ| = 1e-07 × max |value|", "PASS"]])
+    row = text.splitlines()[2]
+    assert row == "| max \\|Δ\\| = 1e-07 × max \\|value\\| | PASS |"
+    assert len(row.replace("\\|", "").split("|")) == 4  # two cells: the row's bars are the separators only
