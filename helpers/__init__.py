@@ -10,11 +10,13 @@
 * :mod:`helpers.results`   benchmark records in ``results/<device>/``
 * :mod:`helpers.plot`      throughput versus size, and % of roofline per variant
 * :mod:`helpers.nvcc`      compile a ``.cu`` file to PTX and read ptxas's report, no GPU needed
+* :mod:`helpers.evaluate`  the judge of an answer file, which runs in a process of its own
+* :mod:`helpers.answer_worker`  that process: functions bound before the answer is imported
 """
 from . import env  # noqa: F401  (cheap; the others import torch-heavy pieces lazily)
 
 __all__ = ["env", "schemas", "build", "ops", "tuning", "check", "bench", "results", "plot", "nvcc", "reproduce",
-           "evaluate", "triton_selu"]
+           "evaluate", "answer_worker", "triton_selu"]
 
 
 def __getattr__(name):

@@ -1,71 +1,79 @@
-"""An evaluation of a KernelBench-style answer to the SELU problem that cheating cannot fool
-(notebook 06), and the table of the course's report (appendix A5, the README).
+"""The course's judge of a KernelBench-style answer to the SELU problem (notebook 06, appendix A6).
+``evaluate("answers/course.py")``, or ``evaluate({"mine": "mine.py", ...})``: timed in turns beside a copy.
 
->>> verdict = evaluate(answer)          # every finding, by name  # doctest: +SKIP
->>> table = measure_speed({"mine": answer})   # two timers, beside a copy and eager  # doctest: +SKIP
+An answer is a Python file that defines ``ModelNew`` (``x -> selu(x)``), as KernelBench takes it.
+It runs in a process of its own (:mod:`helpers.answer_worker`). This process, the judge, draws
+every input from a seed the answer never sees, into memory both processes share; it holds the
+clock, the float64 reference and the comparison. An answer can replace any function in its own
+process and none here.
 
-Each failed check is a named :class:`Finding`: ``wrong values`` (against a float64 reference
-in ulps, on fresh inputs of both signs, special values, odd shapes and views, with every
-allocation poisoned with NaN), ``precision`` (SELU computed in a narrower dtype), ``input
-modified``, ``output aliases`` (the input or an earlier output), ``nondeterministic``, ``wrong
-dtype/shape/device``, ``raised``, ``work on another stream`` (the result read as the caller's
-stream sees it; on a GPU, the device idle once that stream is) and ``timer patched`` (the
-clocks a benchmark reads, put back).
+The checks, in order: small inputs of both signs, special values, odd shapes and views, each
+called twice (``trials`` rounds of fresh ones, then :data:`USE_CALLS` more, as a benchmark's
+warm-up calls); the problem size, untimed; then the timed calls at the problem size, every one
+verified. Each failure is a named finding (:data:`FINDINGS`); where an answer was right before,
+a replay of its first input tells a changed answer (``changes with use``) from one wrong only
+at the problem size or only when timed.
 """
 from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import importlib.util
 import math
+import secrets
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import torch
+import torch.multiprocessing
 
-from . import bench, check, env, results
-
+from . import answer_worker, bench, check, env
 
 WRONG_VALUES = "wrong values"
+SIZE_DEPENDENT = "wrong at the problem size"
+CALL_DEPENDENT = "changes with use"
+TIMING_DEPENDENT = "wrong when timed"
 PRECISION = "precision"
 INPUT_MODIFIED = "input modified"
 OUTPUT_ALIASES = "output aliases"
 NONDETERMINISTIC = "nondeterministic"
 WRONG_METADATA = "wrong dtype/shape/device"
+NOT_PLAIN = "not a plain tensor"
 RAISED = "raised"
+CRASHED = "crashed or hung"
 OTHER_STREAM = "work on another stream"
 TIMER_PATCHED = "timer patched"
-FINDINGS = (WRONG_VALUES, PRECISION, INPUT_MODIFIED, OUTPUT_ALIASES, NONDETERMINISTIC, WRONG_METADATA, RAISED,
-            OTHER_STREAM, TIMER_PATCHED)
+SYNC_PATCHED = "synchronization patched"
+L2_PERSISTING = "L2 persistence set"
+TOO_FAST = "faster than a copy"
+FINDINGS = (WRONG_VALUES, SIZE_DEPENDENT, CALL_DEPENDENT, TIMING_DEPENDENT, PRECISION, INPUT_MODIFIED,
+            OUTPUT_ALIASES, NONDETERMINISTIC, WRONG_METADATA, NOT_PLAIN, RAISED, CRASHED, OTHER_STREAM,
+            TIMER_PATCHED, SYNC_PATCHED, L2_PERSISTING, TOO_FAST)
 
-_clock = time.perf_counter  # bound when this module loads: an answer that replaces time.perf_counter does not reach it
-TRIALS = 5  # rounds of fresh inputs per evaluation; KernelBench's default is one
-# The problem's own input first, then every distribution of the course's harness:
-# torch.rand alone never reaches SELU's negative branch.
-OFFICIAL = "torch.rand"
-SPECIAL = "special values"
+ANSWERS_DIR = env.REPO_ROOT / "answers"
+COPY, EAGER = ANSWERS_DIR / "copy.py", ANSWERS_DIR / "eager.py"  # the yardstick and the problem's own model
+_clock = time.perf_counter  # no answer runs in this process; bound here all the same
+TRIALS = 3
+USE_CALLS = (300, 600)  # after the trials, a secret number of calls in this range (a gated answer's threshold)
+OFFICIAL, SPECIAL = "torch.rand", "special values"  # torch.rand alone never reaches SELU's negative branch
 DISTRIBUTIONS = (OFFICIAL, *check.DEFAULT_DISTRIBUTIONS, SPECIAL)
-# Odd sizes (no vector width divides them), one element, 0-d and 3-D; a different one each trial.
-SHAPES = ((7, 1027), (1, 1), (3, 5, 17), (), (4097,), (33, 31))
-# Views, each once per trial: transposed (dense, not contiguous), every other column (gaps),
-# one element in (not 16-byte aligned). An answer that assumes a contiguous input fails here.
+SHAPES = ((7, 1027), (1, 1), (3, 5, 17), (), (4097,), (33, 31))  # odd sizes, one element, 0-d, 3-D
 TRANSPOSED, STRIDED, OFFSET = "transposed", "every other column", "offset by one element"
-LAYOUTS = (TRANSPOSED, STRIDED, OFFSET)
-VIEW_SHAPE = (33, 1027)
-# The stream check (GPU): on one 2 GB input, whose SELU keeps a GPU busy for a millisecond,
-# the device must be idle (an empty synchronize: tens of microseconds) once the caller's
-# stream is done. Host work can stretch one reading; work left on another stream is there
-# every time: read with the garbage collector off, the least of up to STREAM_CHECK_TRIES calls.
-STREAM_CHECK_BYTES = 2 * 2**30
-STREAM_BUSY_MS = 0.2
-STREAM_CHECK_TRIES = 3
-# Narrower dtypes an answer might compute in and cast back from, narrowest first.
+LAYOUTS, VIEW_SHAPE = (TRANSPOSED, STRIDED, OFFSET), (33, 1027)
+SMALL_NUMEL = 1 << 17  # the shared buffer the small inputs are views of
 NARROWER = (torch.bfloat16, torch.float16, torch.float32)
-# The clocks a benchmark reads: (module path, attribute path). triton only where importable.
-TIMERS = (("time", "perf_counter"), ("torch.cuda", "Event.elapsed_time"), ("triton.testing", "do_bench"))
+FLUSH_BYTES = 256 * 2**20  # as triton.testing.do_bench: more than any Hopper L2 cache (50-60 MB)
+ROUNDS, REPS, BACK_TO_BACK = 3, 5, (5, 10)  # back to back: a secret number of calls in this range
+SUSPECT_MARGIN = 0.10  # a SELU moves a copy's bytes: more than 10% under the copy's fast end is suspect
+TIMEOUT_S = 300  # one message to an answer (a first call may compile); past it the answer hung
+CPU_NUMEL = 2**20  # the problem size on a CPU: enough for an answer gated at a million elements
+STREAM_BUSY_MS = 0.2  # an idle device answers a synchronize in tens of microseconds
+# Problem-size buffers: input, pristine and result here; an output and the one before it there; one spare
+# for the contexts and the comparison's chunks.
+PARENT_TENSORS = 6
 
 
 @dataclass
@@ -79,15 +87,17 @@ class Finding:
 
 @dataclass
 class Verdict:
-    """Every finding of one :func:`evaluate`; it passed when there are none."""
+    """Every finding of one answer, and its timed calls (ms); it passed when there are no findings."""
 
     name: str
     dtype: torch.dtype
     device: torch.device
-    trials: int
-    seed: int
-    calls: int
+    numel: int
+    calls: int = 0
+    seconds: float = 0.0
     findings: list[Finding] = field(default_factory=list)
+    flushed_ms: list[float] = field(default_factory=list)
+    back_to_back_ms: list[float] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -96,80 +106,56 @@ class Verdict:
     def names(self) -> list[str]:
         return [f.name for f in self.findings]
 
+    def found(self, name: str, message: str) -> None:
+        known = next((f for f in self.findings if f.name == name), None)
+        if known:
+            known.count += 1
+        else:
+            self.findings.append(Finding(name, message))
+
     def __str__(self) -> str:
         verdict = "PASSED" if self.passed else "FAILED: " + ", ".join(self.names())
-        return (f"{self.name}: {verdict} ({str(self.dtype).removeprefix('torch.')} on {self.device}, "
-                f"{self.trials} trials, {self.calls} calls, seed {self.seed})")
+        return (f"{self.name}: {verdict} ({str(self.dtype).removeprefix('torch.')}, {self.numel:,} elements on "
+                f"{self.device}, {self.calls} calls, {self.seconds:.1f} s)")
 
     __repr__ = __str__
 
     def _repr_markdown_(self) -> str:
-        if self.passed:
-            return f"**{self}**"
-        rows = [[f.name, f.count, f.message.replace("|", "/")] for f in self.findings]
-        return f"**{self}**\n\n" + results.markdown_table(["finding", "calls", "first case"], rows, align=["---", "---:", "---"])
+        rows = "\n".join(f"| {f.name} | {f.count} | {f.message.replace('|', '/')} |" for f in self.findings)
+        return f"**{self}**" + (f"\n\n| finding | calls | first case |\n|---|---:|---|\n{rows}" if rows else "")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s bit patterns as integers: NaN equals NaN of the same payload, -0 differs from +0."""
     return t.view(check._BITS_DTYPE[t.dtype])
 
 
-def _span(t: torch.Tensor) -> tuple[torch.device, int, int]:
-    storage = t.untyped_storage()
-    return t.device, storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+def _view(buffers: dict, spec: tuple) -> torch.Tensor:
+    base, size, stride, offset = spec
+    return buffers[base].as_strided(size, stride, offset)
 
 
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the memory behind ``a`` and ``b`` overlaps (whole storages, so any view counts)."""
-    (device_a, start_a, end_a), (device_b, start_b, end_b) = _span(a), _span(b)
-    return device_a == device_b and start_a < end_b and start_b < end_a
-
-
-def _aliased(y: torch.Tensor, x: torch.Tensor, outputs: list[torch.Tensor]) -> str:
-    """What ``y`` shares memory with, the input ``x`` or an earlier output, or ''."""
-    if _overlap(y, x):
-        return "the output shares memory with the input (an answer that works in place)"
-    if any(_overlap(y, earlier) for earlier in outputs):
-        return "the output shares memory with an earlier call's output (a cached result)"
-    return ""
-
-
-def _timers() -> dict[str, tuple[object, str, object]]:
-    """Each clock by name: (its owner, its attribute, the object there now)."""
-    found = {}
-    for module_name, path in TIMERS:
-        if importlib.util.find_spec(module_name.split(".")[0]) is None:
-            continue
-        owner = importlib.import_module(module_name)
-        *parents, attribute = path.split(".")
-        for parent in parents:
-            owner = getattr(owner, parent)
-        found[f"{module_name}.{path}"] = (owner, attribute, getattr(owner, attribute))
-    return found
-
-
-def _patched_timers(before: dict[str, tuple[object, str, object]]) -> list[str]:
-    """The clocks replaced since ``before`` was taken, each put back."""
-    patched = []
-    for name, (owner, attribute, original) in before.items():
-        if getattr(owner, attribute) is not original:
-            patched.append(name)
-            setattr(owner, attribute, original)
-    return patched
-
-
-@contextlib.contextmanager
-def _watched_timers(found: Callable[[str, str], None], where: str) -> Iterator[None]:
-    """Reports (to ``found``) and puts back every clock replaced within the block, even if it raises."""
-    clocks = _timers()
-    try:
-        yield
-    finally:
-        patched = _patched_timers(clocks)
-        if patched:
-            found(TIMER_PATCHED, f"{where}: replaced {', '.join(patched)} (a timing cheat: the benchmark "
-                                 f"would read a clock the answer controls); put back")
+def _small_cases(trial: int, dtype: torch.dtype, generator: torch.Generator):
+    """(where, values laid out as the answer gets them) of one trial: every distribution at an odd
+    shape, then the three views; values are CPU tensors whose strides the shared buffer copies."""
+    for i, distribution in enumerate(DISTRIBUTIONS):
+        shape = SHAPES[(i + trial) % len(SHAPES)]
+        if distribution == OFFICIAL:
+            x = torch.rand(shape, generator=generator, dtype=torch.float64).to(dtype)
+        elif distribution == SPECIAL:
+            x = check.special_values(dtype, "cpu")
+        else:
+            x = check.make_input(distribution, shape, dtype, "cpu", generator)
+        yield f"{distribution} {tuple(x.shape)} trial {trial}", x
+    rows, cols = VIEW_SHAPE
+    for i, layout in enumerate(LAYOUTS):
+        distribution = check.DEFAULT_DISTRIBUTIONS[(i + trial) % len(check.DEFAULT_DISTRIBUTIONS)]
+        if layout == TRANSPOSED:
+            x = check.make_input(distribution, (cols, rows), dtype, "cpu", generator).t()
+        elif layout == STRIDED:
+            x = check.make_input(distribution, (rows, 2 * cols), dtype, "cpu", generator)[:, ::2]
+        else:
+            x = check.make_input(distribution, (rows * cols + 1,), dtype, "cpu", generator)[1:].view(rows, cols)
+        yield f"{distribution} {VIEW_SHAPE} ({layout}) trial {trial}", x
 
 
 def _narrower_match(x: torch.Tensor, y: torch.Tensor) -> torch.dtype | None:
@@ -178,332 +164,332 @@ def _narrower_match(x: torch.Tensor, y: torch.Tensor) -> torch.dtype | None:
         if torch.finfo(narrow).eps <= torch.finfo(y.dtype).eps:
             continue
         y_narrow = y.to(narrow)
-        if not torch.equal(_bits(y_narrow.to(y.dtype)), _bits(y)):
-            continue  # not even representable in the narrow dtype
-        expected = check.selu_reference(x.to(narrow)).to(narrow)
-        if check.agreement(y_narrow, expected).within(check.MAX_ULP[narrow]):
+        if torch.equal(_bits(y_narrow.to(y.dtype)), _bits(y)) and check.agreement(
+                y_narrow, check.selu_reference(x.to(narrow)).to(narrow)).within(check.MAX_ULP[narrow]):
             return narrow
     return None
 
 
-def _input(distribution: str, shape: tuple[int, ...], dtype, device, generator) -> torch.Tensor:
-    if distribution == OFFICIAL:
-        return torch.rand(shape, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype)
-    if distribution == SPECIAL:
-        return check.special_values(dtype, device)
-    return check.make_input(distribution, shape, dtype, device, generator)
+def _compare(where: str, original: torch.Tensor, got: torch.Tensor, identity: bool, chunk: int = 1 << 26):
+    """The first failing chunk's :class:`check.CaseResult` of ``got`` against SELU (or, for the
+    copy, ``original`` itself) of ``original``, or None where every element is right."""
+    original, got = original.reshape(-1), got.reshape(-1)
+    for start in range(0, max(original.numel(), 1), chunk):
+        x, y = original[start:start + chunk], got[start:start + chunk]
+        reference = x.double() if identity else check.selu_reference(x)
+        expected = reference.to(x.dtype)
+        if torch.equal(_bits(y), _bits(expected)):
+            continue  # correctly rounded everywhere: the common case, and far cheaper to tell
+        # Near 0, exp(x) - 1 in place of expm1(x) (Inductor's SELU) loses the digits below one ulp of 1.0
+        # in the dtype it computes in (float32 for 16-bit inputs): an absolute error that small is forgiven.
+        atol = 2 * torch.finfo(torch.promote_types(x.dtype, torch.float32)).eps
+        y = torch.where((y.double() - reference).abs() <= atol, expected, y)
+        case = check._compare(where, "", x, y, reference, x.dtype, 0 if identity else check.MAX_ULP[x.dtype])
+        if not case.passed:
+            return case
+    return None
 
 
-def _view(distribution: str, layout: str, dtype, device, generator) -> torch.Tensor:
-    """A :data:`VIEW_SHAPE` input of ``distribution``, laid out as ``layout`` says."""
-    rows, cols = VIEW_SHAPE
-    if layout == TRANSPOSED:
-        return _input(distribution, (cols, rows), dtype, device, generator).t()
-    if layout == STRIDED:
-        return _input(distribution, (rows, 2 * cols), dtype, device, generator)[:, ::2]
-    return _input(distribution, (rows * cols + 1,), dtype, device, generator)[1:].view(rows, cols)
+class _Answer:
+    """One answer's process, its verdict, and its first input (replayed to tell a changed answer)."""
+
+    def __init__(self, name: str, path: Path, verdict: Verdict, judge: "_Judge"):
+        self.name, self.verdict, self.judge = name, verdict, judge
+        self.first = None  # (spec, values, bits of the first result)
+        self.wrong_before, self.replayed = "", None  # the name of its first wrong result
+        self.busy_ms = math.inf  # the least time the device stayed busy after the caller's stream was done
+        self.connection, child = judge.context.Pipe()
+        self.process = judge.context.Process(target=answer_worker.serve, args=(child, str(path)), daemon=True)
+        self.process.start()
+        child.close()
+        self.alive = True
+        first = self.ask_raw(judge.buffers)  # sent, not passed to Process: nothing here keeps a reference
+        if first is not None and self.reply(first, "import and build") is None:
+            self.stop()  # it could not be imported or built: nothing to call
+
+    def ask_raw(self, *message) -> dict | None:
+        """The reply to ``message`` (None for the first reply), or None where the process died or hung."""
+        if not self.alive:
+            return None
+        try:
+            if message:
+                self.connection.send(message[0] if isinstance(message[0], dict) else message)
+            if self.connection.poll(TIMEOUT_S):
+                return self.connection.recv()
+            what = f"no reply in {TIMEOUT_S} s"
+        except (EOFError, OSError, BrokenPipeError):
+            what = f"the process ended (exit code {self.process.exitcode})"
+        self.verdict.found(CRASHED, f"{message[0] if message and isinstance(message[0], str) else 'start'}: {what}")
+        self.stop()
+        return None
+
+    def reply(self, reply: dict | None, where: str) -> dict | None:
+        """``reply``'s findings recorded; the reply, or None where there is no result to compare."""
+        if reply is None:
+            return None
+        if reply.get("timers"):
+            self.verdict.found(TIMER_PATCHED, f"{where}: replaced {', '.join(reply['timers'])} (put back; the judge's "
+                                              f"clock is in another process)")
+        if reply.get("syncs"):
+            self.verdict.found(SYNC_PATCHED, f"{where}: replaced {', '.join(reply['syncs'])} (put back; the judge "
+                                             f"waits with functions bound before the answer was imported)")
+        if reply.get("l2_bytes"):
+            self.verdict.found(L2_PERSISTING, f"{where}: set aside {reply['l2_bytes']:,} bytes of L2 for persisting "
+                                              f"data (a cache that outlives the call; reset)")
+        if "error" in reply:
+            self.verdict.found(RAISED, f"{where}: {reply['error']}\n{reply.get('traceback', '')}")
+            return None
+        if "not_plain" in reply:
+            self.verdict.found(NOT_PLAIN, f"{where}: returned a {reply['not_plain']}, not a torch.Tensor (a subclass "
+                                          f"can compute when read, after the clock stops)")
+            return None
+        return reply
+
+    def stop(self) -> None:
+        if self.alive:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                self.connection.send(("stop",))
+            self.process.join(5)
+            if self.process.is_alive():
+                self.process.kill()
+            self.alive = False
 
 
-def _copy_in_layout(x: torch.Tensor) -> torch.Tensor:
-    """A copy of ``x`` with its sizes, strides and storage offset, in memory of its own: the
-    second call of the determinism check gets the same input, laid out the same way (torch's
-    own CPU SELU rounds a strided input differently from a contiguous one)."""
-    span = x.storage_offset() + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride())) + 1
-    base = torch.empty(span if x.numel() else x.storage_offset(), dtype=x.dtype, device=x.device)
-    return base.as_strided(x.shape, x.stride(), x.storage_offset()).copy_(x)
+class _Judge:
+    """The buffers both processes share, the secret generator, and the checks of one dtype."""
+
+    def __init__(self, dtype: torch.dtype, device: torch.device, numel: int, seed: int):
+        self.dtype, self.device, self.numel = dtype, device, numel
+        self.generator = torch.Generator().manual_seed(seed)
+        self.device_generator = torch.Generator(device=device).manual_seed(seed + 1)
+        self.context = torch.multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload(["helpers.answer_worker"])
+        empty = lambda n: torch.empty(n, dtype=dtype, device=device)  # noqa: E731
+        self.buffers = {"small": empty(SMALL_NUMEL), "big": empty(numel), "final": empty(max(numel, SMALL_NUMEL))}
+        self.pristine = empty(numel)
+        self.flush = torch.empty(FLUSH_BYTES if device.type == "cuda" else 0, dtype=torch.uint8, device=device)
+        self.big_spec = ("big", (numel,), (1,), 0)
+
+    def place(self, values: torch.Tensor) -> tuple:
+        """``values`` written into the small buffer with their strides; the spec of that view."""
+        spec = ("small", tuple(values.shape), tuple(values.stride()), values.storage_offset())
+        _view(self.buffers, spec).copy_(values)
+        self.written()
+        return spec
+
+    def written(self) -> None:
+        """This process's writes done before the answer's process reads them (it has its own stream)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def fresh_big(self) -> None:
+        """A fresh input of both signs at the problem size, and its pristine copy."""
+        self.buffers["big"].normal_(generator=self.device_generator)
+        self.pristine.copy_(self.buffers["big"])
+        self.written()
+
+    def judge(self, answer: _Answer, reply: dict | None, spec: tuple, original: torch.Tensor, where: str,
+              phase: str, identity: bool = False) -> bool:
+        """Whether the call ``reply`` reports is right: input, aliasing, metadata and values (the
+        caller's view, then every stream's); each failure recorded under its name."""
+        verdict = answer.verdict
+        reply = answer.reply(reply, where)
+        if reply is None:
+            return False
+        x = _view(self.buffers, spec)
+        original = original.to(x.device)
+        if not torch.equal(_bits(x), _bits(original)):
+            verdict.found(INPUT_MODIFIED, f"{where}: the input's bits changed (computed in place into x)")
+        if reply.get("aliases"):
+            verdict.found(OUTPUT_ALIASES, f"{where}: the output shares memory with {reply['aliases']}")
+        size, dtype, device = reply["meta"]
+        expected = (tuple(x.shape), str(x.dtype).removeprefix("torch."), str(x.device))
+        if (size, dtype, device) != expected:
+            verdict.found(WRONG_METADATA, f"{where}: returned shape, dtype, device {(size, dtype, device)}, "
+                                          f"expected {expected}")
+            return False
+        if "busy_ms" in reply:
+            answer.busy_ms = min(answer.busy_ms, reply["busy_ms"])
+        final = self.buffers["final"][:x.numel()].view(x.shape)
+        wrong = _compare(where, original, final, identity)
+        if wrong is None:
+            return True
+        self.wrong_values(answer, wrong, original, final, where, phase)
+        return False
+
+    def wrong_values(self, answer: _Answer, case, original, got, where: str, phase: str) -> None:
+        """A wrong result, named for what it depends on: the answer changed since its first input
+        (replayed, once), or it was right on every earlier check of another phase."""
+        example = check.Failure(where, case.problem, *case.examples).lines(limit=1)[-1].strip()
+        _, bad, _ = case.examples
+        if phase == "small" and (bad.isfinite() & (bad != 0)).any():  # zeros or NaN say nothing of precision
+            narrow = _narrower_match(original.cpu(), got.cpu())
+            if narrow is not None:
+                answer.verdict.found(PRECISION, f"{where}: the output is SELU computed in "
+                                                f"{str(narrow).removeprefix('torch.')}, cast back")
+        name = WRONG_VALUES
+        if answer.replayed is None and answer.first:
+            spec, values, bits = answer.first
+            self.place(values)
+            again = answer.reply(answer.ask_raw("call", spec), "replay of the first input")
+            answer.replayed = again is not None and not torch.equal(_bits(self.buffers["final"][:values.numel()]).cpu(),
+                                                                    bits)
+        if answer.replayed:
+            name = CALL_DEPENDENT
+        elif answer.wrong_before:
+            name = answer.wrong_before  # named once, by its first wrong result
+        elif phase != "small":
+            name = SIZE_DEPENDENT if phase == "problem size" else TIMING_DEPENDENT
+        answer.wrong_before = name
+        answer.verdict.found(name, f"{where}: {case.problem}; e.g. {example}")
+
+    def check_small(self, answer: _Answer, where: str, values: torch.Tensor) -> None:
+        spec = self.place(values)
+        answer.verdict.calls += 1
+        right = self.judge(answer, answer.ask_raw("call", spec), spec, values, where, "small")
+        if answer.first is None and (values < 0).any():  # the replayed input must reach both branches
+            answer.first = (spec, values, _bits(self.buffers["final"][:values.numel()]).to("cpu", copy=True)) \
+                if right else False
+        if right and answer.alive:  # the same input again, in memory of its own: the same bits?
+            bits = _bits(self.buffers["final"][:values.numel()]).clone()
+            answer.verdict.calls += 1
+            if self.judge(answer, answer.ask_raw("call", spec), spec, values, f"{where}, second call", "small") \
+                    and not torch.equal(bits, _bits(self.buffers["final"][:values.numel()])):
+                answer.verdict.found(NONDETERMINISTIC, f"{where}: a second call on the same input gave other bits")
+
+    def check(self, answer: _Answer, trials: int) -> None:
+        """Every untimed check of one answer, until it has crashed."""
+        for trial in range(trials):
+            for where, values in _small_cases(trial, self.dtype, self.generator):
+                if answer.alive:
+                    self.check_small(answer, where, values)
+        use_calls = USE_CALLS[0] + int(torch.randint(USE_CALLS[1] - USE_CALLS[0], (), generator=self.generator))
+        for call in range(use_calls):
+            if not answer.alive or answer.wrong_before:
+                break
+            values = check.make_input("normal", (1 + call % 4097,), self.dtype, "cpu", self.generator)
+            spec = self.place(values)
+            answer.verdict.calls += 1
+            self.judge(answer, answer.ask_raw("call", spec), spec, values, f"normal ({values.numel()},) use call {call}",
+                       "small")
+        answer.ask_raw("forget", True)  # the small outputs it kept alive
+        for call in range(2):
+            if answer.alive:
+                self.fresh_big()
+                answer.verdict.calls += 1
+                self.judge(answer, answer.ask_raw("call", self.big_spec, self.device.type == "cuda"), self.big_spec,
+                           self.pristine, f"normal ({self.numel:,},) problem size {call}", "problem size")
+                answer.ask_raw("forget", True)
+        if math.inf > answer.busy_ms > STREAM_BUSY_MS:  # the least of the calls: host work can stretch one reading
+            answer.verdict.found(OTHER_STREAM, f"problem size: the device stayed busy at least {answer.busy_ms:.2f} ms "
+                                               f"after the caller's stream was done (work left on another stream, "
+                                               f"unfinished when the caller reads the result)")
+
+    def timed(self, answer: _Answer, calls: int) -> float | None:
+        """Milliseconds per call of ``calls`` calls on a fresh input, L2 flushed, from this process's
+        clock; the last result verified (None where it was wrong)."""
+        self.fresh_big()
+        self.flush.zero_()
+        self.written()
+        start = _clock()
+        reply = answer.ask_raw("timed", self.big_spec, calls)
+        ms = (_clock() - start) * 1e3 / calls
+        if reply is None or not answer.reply(reply, "timed call"):
+            return None
+        if reply.get("aliased"):
+            answer.verdict.found(OUTPUT_ALIASES, f"{calls} calls back to back: an output shared memory with the one "
+                                                 f"before it (a cached result)")
+        answer.verdict.calls += calls
+        right = self.judge(answer, answer.ask_raw("collect", self.big_spec), self.big_spec, self.pristine,
+                           f"timed call ({calls} back to back)" if calls > 1 else "timed call", "timed",
+                           identity=answer.name == COPY_ROW)
+        answer.ask_raw("forget")  # its outputs freed: the next call reuses their memory, as a model's does
+        return ms if right else None
 
 
-# region: call
-def _call(model_new, x: torch.Tensor):
-    """``model_new(x)`` with poisoned outputs, as the caller's stream sees it.
-
-    Returns (result, what the current stream saw, whether it changed once every stream
-    finished). On a GPU only the current stream is synchronised before the result is
-    copied: an answer that left its work on another stream shows unfinished there.
-    """
-    with check.poisoned_outputs():
-        y = model_new(x)
-    if not (isinstance(y, torch.Tensor) and y.is_cuda):
-        return y, y, False
-    torch.cuda.current_stream(y.device).synchronize()
-    seen = y.clone()
-    torch.cuda.current_stream(y.device).synchronize()
-    torch.cuda.synchronize(y.device)
-    return y, seen, not torch.equal(_bits(seen), _bits(y))
-# endregion
+COPY_ROW = "copy (x.clone())"
 
 
-def _raised(where: str, error: Exception) -> str:
-    """The finding's message for an answer that raised: where, the exception's type and first line."""
-    lines = str(error).strip().splitlines()
-    return f"{where}: {type(error).__name__}: {lines[0] if lines else ''}"
-
-
-@contextlib.contextmanager
-def _no_garbage_collection() -> Iterator[None]:
-    """Python's garbage collector off for the block (and back as it was)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _stream_check(model_new, dtype: torch.dtype, device: torch.device, seed: int,
-                  found: Callable[[str, str], None]) -> None:
-    """Whether the device is still busy once the caller's stream is done with ``model_new(x)``
-    on one :data:`STREAM_CHECK_BYTES` input, in each of up to :data:`STREAM_CHECK_TRIES` calls
-    (reported to ``found`` when the least of them is over :data:`STREAM_BUSY_MS`)."""
-    numel = STREAM_CHECK_BYTES // dtype.itemsize
-    # Drawn on the GPU: a billion normal numbers take seconds on the CPU.
-    generator = torch.Generator(device=device).manual_seed(seed)
-    x = torch.randn(numel, generator=generator, device=device, dtype=torch.float32).to(dtype)
-    where = f"normal ({numel:,},) stream check"
-    torch.cuda.synchronize(device)
-    busy_ms, tries = math.inf, 0
-    try:
-        with _watched_timers(found, where):
-            while tries < STREAM_CHECK_TRIES and busy_ms > STREAM_BUSY_MS:
-                y = model_new(x)
-                torch.cuda.current_stream(device).synchronize()
-                # No garbage collection inside the reading, as timeit does: the harness keeps every
-                # earlier output alive, and a collection there would be read as a busy device.
-                with _no_garbage_collection():
-                    start = _clock()
-                    torch.cuda.synchronize(device)
-                    busy_ms = min(busy_ms, (_clock() - start) * 1e3)
-                tries += 1
-                del y
-    except Exception as error:  # an answer may raise anything: report it
-        found(RAISED, _raised(where, error))
-        return
-    del x
-    if busy_ms > STREAM_BUSY_MS:
-        found(OTHER_STREAM, f"{where}: the device stayed busy at least {busy_ms:.2f} ms after the caller's stream "
-                            f"was done, in each of {tries} calls (work left on another stream, unfinished when the "
-                            f"caller reads the result; a timing cheat)")
-
-
-def evaluate(model_new: Callable[[torch.Tensor], torch.Tensor], *, dtype: torch.dtype = torch.float32, device=None,
-             trials: int = TRIALS, seed: int = 0) -> Verdict:
-    """Run ``model_new`` (``x -> selu(x)``) on ``trials`` rounds of fresh inputs and report
-    every way it is not SELU (see the module's docstring); never raises for its errors."""
+def evaluate(answers, *, dtype: torch.dtype = torch.float32, device=None, numel: int | None = None,
+             trials: int = TRIALS, seed: int | None = None, timed: bool = True):
+    """Judge ``answers`` (a path, or a dict from name to path) as the module's docstring says: a
+    :class:`Verdict` (a dict of them, the copy's under :data:`COPY_ROW`, where a dict was given).
+    The seed is secret unless given. Rows take turns in the timed rounds, so a slow spell falls
+    on every row."""
+    single = not isinstance(answers, dict)
+    paths = {Path(answers).stem: Path(answers)} if single else {k: Path(v) for k, v in answers.items()}
     device = check._device(device)
     if dtype not in check.MAX_ULP:
         raise TypeError(f"evaluate: dtype must be one of {', '.join(map(str, check.MAX_ULP))}, got {dtype}")
-    findings: dict[str, Finding] = {}
-    # Every output stays alive to the end, so an honest answer's memory is never reused
-    # and sharing memory with an earlier output can only be a cached result.
-    outputs: list[torch.Tensor] = []
-    calls = 0
-
-    def found(name: str, message: str) -> None:
-        if name in findings:
-            findings[name].count += 1
-        else:
-            findings[name] = Finding(name, message)
-
-    for trial in range(trials):
-        generator = torch.Generator().manual_seed(seed + trial)
-        cases = [(d, SHAPES[(i + trial) % len(SHAPES)], None) for i, d in enumerate(DISTRIBUTIONS)]
-        others = check.DEFAULT_DISTRIBUTIONS
-        cases += [(others[(i + trial) % len(others)], VIEW_SHAPE, layout) for i, layout in enumerate(LAYOUTS)]
-        for distribution, shape, layout in cases:
-            if layout is None:
-                x = _input(distribution, shape, dtype, device, generator)
-            else:
-                x = _view(distribution, layout, dtype, device, generator)
-            where = f"{distribution} {tuple(x.shape)}{f' ({layout})' if layout else ''} trial {trial}"
-            original = _copy_in_layout(x)
-            reference = check.selu_reference(original)
-            calls += 1
-            try:
-                with _watched_timers(found, where):
-                    y, seen, changed = _call(model_new, x)
-            except Exception as error:  # an answer may raise anything: report it
-                found(RAISED, _raised(where, error))
-                continue
-            if not isinstance(y, torch.Tensor):
-                found(WRONG_METADATA, f"{where}: returned {type(y).__name__}, not a tensor")
-                continue
-            if changed:
-                found(OTHER_STREAM, f"{where}: the result changed after the current stream finished (work left "
-                                    f"on another stream, unfinished when the caller reads it; a timing cheat)")
-            if not torch.equal(_bits(x), _bits(original)):
-                found(INPUT_MODIFIED, f"{where}: the input's bits changed (computed in place into x: a check "
-                                      f"that computes its reference first never looks at x again)")
-            aliased = _aliased(y, x, outputs)
-            if aliased:
-                found(OUTPUT_ALIASES, f"{where}: {aliased}")
-            outputs.append(y)
-            wrong = [f"{what} {got}, expected {want}"
-                     for what, got, want in (("shape", tuple(y.shape), tuple(x.shape)),
-                                             ("dtype", y.dtype, x.dtype), ("device", y.device, x.device))
-                     if got != want]
-            if wrong:
-                found(WRONG_METADATA, f"{where}: returned " + "; ".join(wrong))
-                continue
-            case = check._compare(where, distribution, original, seen, reference, dtype, check.MAX_ULP[dtype])
-            if not case.passed:
-                example = check.Failure(where, case.problem, *case.examples).lines(limit=1)[-1].strip()
-                found(WRONG_VALUES, f"{where}: {case.problem}; e.g. {example} (an answer right only on "
-                                    f"torch.rand, like λ·x, or one that skips elements fails here)")
-                _, got, _ = case.examples
-                # Only where some wrong element is a number other than 0: zeros (or NaN) agree
-                # with a narrow SELU that underflowed, which says nothing of precision.
-                narrow = _narrower_match(original, seen) if (got.isfinite() & (got != 0)).any() else None
-                if narrow is not None:
-                    found(PRECISION, f"{where}: computed in lower precision: the output is SELU in "
-                                     f"{str(narrow).removeprefix('torch.')}, cast back (within 1e-2 on torch.rand)")
-            calls += 1
-            try:
-                with _watched_timers(found, f"{where}, second call"):
-                    again, _, _ = _call(model_new, _copy_in_layout(original))
-            except Exception as error:
-                found(NONDETERMINISTIC, f"{where}: the second call on the same input raised {type(error).__name__}")
-                continue
-            if isinstance(again, torch.Tensor):
-                aliased = _aliased(again, x, outputs)
-                if aliased:
-                    found(OUTPUT_ALIASES, f"{where}, second call: {aliased}")
-                outputs.append(again)
-            if not (isinstance(again, torch.Tensor) and again.shape == y.shape and again.dtype == y.dtype
-                    and torch.equal(_bits(again), _bits(y))):
-                found(NONDETERMINISTIC, f"{where}: a second call on the same input gave different bits")
-
     if device.type == "cuda":
-        calls += 1
-        _stream_check(model_new, dtype, device, seed, found)
-    name = getattr(model_new, "__name__", None) or type(model_new).__name__
-    return Verdict(name=name, dtype=dtype, device=device, trials=trials, seed=seed, calls=calls,
-                   findings=list(findings.values()))
-
-
-# --------------------------------------------------------------------------- timing
-#
-# The harness's timer waits for every stream of the device (a host clock around
-# torch.cuda.synchronize: CUDA events time one stream), flushes the L2 cache before every
-# call as triton.testing.do_bench does, and reads a clock bound when this module loaded.
-# Rows take turns, round after round, so that a slow spell falls on every row.
-
-FLUSH_BYTES = 256 * 2**20  # as triton.testing.do_bench: more than any Hopper L2 cache (50-60 MB)
-TIMING_ROUNDS = 3
-TIMING_REPS = 10
-# A SELU moves the bytes a copy moves: an answer this far below the copy's fast end is suspect.
-SUSPECT_MARGIN = 0.10
-IMPOSSIBLE = "impossible"
-SUSPECT = "suspect"
-COPY_ROW = "copy (x.clone())"
-EAGER_ROW = "torch.selu (eager)"
-
-
-def _synchronize_every_stream(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-# region: timers
-def harness_times(fn: Callable[[torch.Tensor], object], x: torch.Tensor, reps: int, flush: torch.Tensor) -> list[float]:
-    """Milliseconds of each of ``reps`` calls ``fn(x)``: the L2 cache flushed, every stream
-    idle, then the clock from the call to when every stream of the device is idle again."""
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        _synchronize_every_stream(x.device)
-        start = _clock()
-        fn(x)
-        _synchronize_every_stream(x.device)
-        times.append((_clock() - start) * 1e3)
-    return times
-
-
-def naive_times(fn: Callable[[torch.Tensor], object], x: torch.Tensor, reps: int) -> list[float]:
-    """What a naive timer reads: ``time.perf_counter`` looked up at each call (whatever it is
-    by then), the L2 cache left warm, and only the current stream waited for."""
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn(x)
-        if x.is_cuda:
-            torch.cuda.current_stream(x.device).synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-# endregion
-
-
-def _quantiles(times: list[float]) -> tuple[float, float, float]:
-    """Median, 20th and 80th percentile, as the course's benchmarks take them."""
-    timing = bench._timing_from_samples(np.asarray(times, dtype=float), n=len(times), method="harness")
-    return timing.median_ms, timing.q20_ms, timing.q80_ms
-
-
-def speed_flags(ms: float, copy_ms: float, eager_ms: float, nbytes: int, datasheet_gbps: float | None) -> list[str]:
-    """Why a time of ``ms`` cannot, or can hardly, be an honest SELU of these ``nbytes``;
-    ``copy_ms`` is the copy's fast end (its 20th percentile), ``eager_ms`` eager's median."""
-    flags = []
-    if datasheet_gbps is not None:
-        bound_ms = bench.roofline_ms(nbytes // 2, torch.uint8, datasheet_gbps)  # nbytes: read + write
-        if ms < bound_ms:
-            flags.append(f"{IMPOSSIBLE}: {ms:.3f} ms is faster than moving its {nbytes / 1e9:.2f} GB at the "
-                         f"datasheet's {datasheet_gbps / 1e3:.2f} TB/s allows ({bound_ms:.3f} ms)")
-    if ms < copy_ms * (1 - SUSPECT_MARGIN):
-        flags.append(f"{SUSPECT}: {eager_ms / ms:.2f}× eager, where the copy roofline allows "
-                     f"{eager_ms / copy_ms:.2f}× (a copy moves the same bytes in {copy_ms:.3f} ms)")
-    return flags
-
-
-def _row(table: dict, answer: str) -> dict:
-    return next(r for r in table["rows"] if r["answer"] == answer)
-
-
-def row_flags(table: dict, row: dict, timer: str = "harness") -> list[str]:
-    """:func:`speed_flags` of one row of :func:`measure_speed`'s table, as ``timer``
-    ("harness" or "naive") read it, against the copy and eager as that timer read them.
-    The copy's bound is its 20th percentile: a copy that sometimes runs slow (a shared
-    host, a busy allocator) must not make an honest answer look faster than memory allows."""
-    prefix = "" if timer == "harness" else "naive_"
-    copy, eager = _row(table, COPY_ROW), _row(table, EAGER_ROW)
-    return speed_flags(row[f"{prefix}median_ms"], copy[f"{prefix}q20_ms"], eager[f"{prefix}median_ms"],
-                       table["bytes"], table["datasheet_gbps"])
-
-
-def measure_speed(answers: dict[str, Callable[[torch.Tensor], torch.Tensor]], *, dtype: torch.dtype = torch.float32,
-                  device=None, numel: int | None = None, rounds: int = TIMING_ROUNDS, reps: int = TIMING_REPS,
-                  seed: int = 0) -> dict:
-    """Each answer timed by the harness's timer and by a naive one, beside the copy and
-    ``torch.selu``, on one input of both signs (the problem size of ``dtype`` by default);
-    a table (dict) with every row's median and 20th and 80th percentiles for each timer
-    (:func:`row_flags` reads the flags from it)."""
-    device = check._device(device)
+        torch.cuda.empty_cache()  # memory this process cached is free for the answers' processes
     if numel is None:
-        numel, _ = env.problem_numel(dtype, tensors=6)
-    x = bench.random_input(numel, dtype, device, seed=seed)
-    pristine = x.clone()
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
-    rows = {COPY_ROW: torch.clone, EAGER_ROW: torch.selu, **answers}
-    harness: dict[str, list[float]] = {name: [] for name in rows}
-    naive: dict[str, list[float]] = {name: [] for name in rows}
-    ignore = lambda *_: None  # noqa: E731  (correctness reports a patched clock; here it is only put back)
-    for _ in range(rounds):
-        for name, fn in rows.items():
-            with _watched_timers(ignore, name):
-                fn(x)  # the first call: compiles, allocates, caches, patches
-                _synchronize_every_stream(device)
-                naive[name] += naive_times(fn, x, reps)
-                harness[name] += harness_times(fn, x, reps, flush)
-            if not torch.equal(_bits(x), _bits(pristine)):
-                x.copy_(pristine)  # an answer that writes into x: the next row gets the same input
-    del flush
-    nbytes = bench.bytes_moved(numel, dtype)
-    datasheet = env.DATASHEET_BANDWIDTH_GBPS.get(bench.device_name(device)) if device.type == "cuda" else None
-    table_rows = []
-    for name in rows:
-        median, q20, q80 = _quantiles(harness[name])
-        naive_median, naive_q20, naive_q80 = _quantiles(naive[name])
-        table_rows.append({"answer": name, "median_ms": median, "q20_ms": q20, "q80_ms": q80,
-                           "naive_median_ms": naive_median, "naive_q20_ms": naive_q20, "naive_q80_ms": naive_q80})
-    return {"device": bench.device_name(device), "device_slug": env.device_slug(device), "torch": torch.__version__,
-            "dtype": bench.dtype_name(dtype), "numel": numel, "bytes": nbytes, "datasheet_gbps": datasheet,
-            "rounds": rounds, "reps": reps, "rows": table_rows}
+        numel = env.problem_numel(dtype, tensors=PARENT_TENSORS)[0] if device.type == "cuda" else CPU_NUMEL
+    judge = _Judge(dtype, device, numel, secrets.randbits(62) if seed is None else seed)
+    rows = {**({COPY_ROW: COPY} if timed else {}), **paths}
+    started, verdicts = {}, {}
+    try:
+        for name, path in rows.items():
+            start = _clock()
+            answer = started[name] = _Answer(name, path, Verdict(name, dtype, device, numel), judge)
+            if name != COPY_ROW:
+                judge.check(answer, trials)
+            answer.verdict.seconds += _clock() - start
+            verdicts[name] = answer.verdict
+        if timed:
+            _time_in_turns(judge, started)
+    finally:
+        for answer in started.values():
+            answer.stop()
+        del judge, started
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return verdicts[next(iter(paths))] if single else verdicts
+
+
+def _time_in_turns(judge: _Judge, answers: dict[str, _Answer]) -> None:
+    """Each answer's flushed and back-to-back calls, round after round; then the speed flags.
+    A CPU's times only stand in for a GPU's: one round there."""
+    for _ in range(ROUNDS if judge.device.type == "cuda" else 1):
+        for answer in answers.values():
+            start = _clock()
+            if answer.alive and not answer.wrong_before:
+                judge.timed(answer, 1)  # untimed, verified: its allocator warm again after the last turn
+            for _ in range(REPS):
+                if answer.alive and not answer.wrong_before and (ms := judge.timed(answer, 1)) is not None:
+                    answer.verdict.flushed_ms.append(ms)
+            calls = BACK_TO_BACK[0] + int(torch.randint(BACK_TO_BACK[1] - BACK_TO_BACK[0], (), generator=judge.generator))
+            if answer.alive and not answer.wrong_before and (ms := judge.timed(answer, calls)) is not None:
+                answer.verdict.back_to_back_ms.append(ms)
+            answer.ask_raw("forget", True)  # its turn is over: its cached memory back to the device
+            answer.verdict.seconds += _clock() - start
+    copy = answers[COPY_ROW].verdict
+    if not copy.flushed_ms or judge.device.type != "cuda":  # a CPU's times only stand in for a GPU's
+        return
+    copy_fast = float(np.quantile(copy.flushed_ms, 0.2))
+    gbps = env.DATASHEET_BANDWIDTH_GBPS.get(bench.device_name(judge.device))
+    bound_ms = bench.roofline_ms(judge.numel, judge.dtype, gbps) if gbps else None  # a SELU's bytes at the peak
+    for name, answer in answers.items():
+        ms = answer.verdict.flushed_ms
+        if name != COPY_ROW and ms and float(np.median(ms)) < copy_fast * (1 - SUSPECT_MARGIN):
+            answer.verdict.found(TOO_FAST, f"median {np.median(ms):.3f} ms, more than {SUSPECT_MARGIN:.0%} under the "
+                                           f"copy's fast end ({copy_fast:.3f} ms), which moves the same bytes"
+                                           + (f"; memory at the datasheet's peak needs {bound_ms:.3f} ms" if bound_ms else ""))
+
+
+def speed_table(verdicts: dict[str, Verdict]) -> dict:
+    """The timed rows of one :func:`evaluate` as a record: medians, p20-p80, and ratios to the copy."""
+    copy = verdicts[COPY_ROW]
+    copy_median = float(np.median(copy.flushed_ms)) if copy.flushed_ms else math.nan
+    rows = []
+    for name, v in verdicts.items():
+        q = np.quantile(v.flushed_ms, [0.5, 0.2, 0.8]) if v.flushed_ms else [math.nan] * 3
+        back = float(np.median(v.back_to_back_ms)) if v.back_to_back_ms else math.nan
+        rows.append({"answer": name, "findings": v.names(), "median_ms": float(q[0]), "q20_ms": float(q[1]),
+                     "q80_ms": float(q[2]), "back_to_back_ms": back, "x_copy": float(q[0]) / copy_median,
+                     "seconds": v.seconds, "calls": v.calls})
+    any_verdict = next(iter(verdicts.values()))
+    return {"device": bench.device_name(any_verdict.device), "device_slug": env.device_slug(any_verdict.device),
+            "torch": torch.__version__, "dtype": bench.dtype_name(any_verdict.dtype), "numel": any_verdict.numel,
+            "bytes": bench.bytes_moved(any_verdict.numel, any_verdict.dtype), "rows": rows}

@@ -1,299 +1,155 @@
-"""helpers/evaluate.py: the harness of notebook 06.
+"""helpers/evaluate.py: the judge of notebook 06 and appendix A6.
 
-* The problem's own model and the course's operator pass :func:`evaluate.evaluate` in every
-  dtype.
-* Every cheat of notebook 06 fails it, with the finding named for that cheat (the cheats are
-  written again here, as the notebook writes them).
-* Findings not tied to a cheat: a wrong dtype, an exception, bits that change from call to call.
-* On a GPU (``gpu`` marker): work left on another stream is caught.
+* Honest answers pass with no finding, in every dtype (on a GPU: torch.compile and the Triton
+  operator too).
+* Every cheat of the gallery (answers/cheats) is caught by the finding named for it; the naive
+  KernelBench-style judge passes the ones the gallery says it passes.
+* Each defence on its own: the answer's process cannot reach the judge's clock or inputs, a
+  crash or a hang is a finding, behaviour that changes with size, use or timing is named so.
 """
 from __future__ import annotations
 
+import textwrap
 import time
-from typing import NamedTuple
 
 import pytest
 import torch
 
-from helpers import build, check, evaluate
+from answers import gallery
+from answers.gallery import CHEATS, HONEST, HONEST_NEEDS_GPU
+from helpers import check, evaluate
 
 DTYPE_IDS = lambda d: str(d).removeprefix("torch.")  # noqa: E731
-_real_perf_counter = time.perf_counter
 
 
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.selu(x)
-
-
-class ModelNew(torch.nn.Module):
-    def forward(self, x):
-        return torch.ops.selu_course.selu_vectorized(x)
-
-
-class ScaleOnly(torch.nn.Module):
-    def forward(self, x):
-        return x * check.SELU_SCALE
-
-
-class Zeros(torch.nn.Module):
-    def forward(self, x):
-        return torch.zeros_like(x)
-
-
-class CachedOutput(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.cached = None
-
-    def forward(self, x):
-        if self.cached is None:
-            self.cached = torch.selu(x)
-        return self.cached
-
-
-class MutatesInput(torch.nn.Module):
-    def forward(self, x):
-        return torch.selu_(x)
-
-
-class LowPrecision(torch.nn.Module):
-    def forward(self, x):
-        return torch.selu(x.bfloat16()).to(x.dtype)
-
-
-class SideStream(torch.nn.Module):
-    def forward(self, x):
-        stream = torch.cuda.Stream(x.device)
-        stream.wait_stream(torch.cuda.current_stream(x.device))
-        with torch.cuda.stream(stream):
-            return torch.selu(x)
-
-
-class PatchesTimer(torch.nn.Module):
-    def forward(self, x):
-        time.perf_counter = lambda: _real_perf_counter() / 2
-        return torch.selu(x)
-
-
-class Cheat(NamedTuple):
-    model: type
-    finding: str
-    needs_cuda: bool
-
-
-CHEATS = {
-    "ScaleOnly": Cheat(ScaleOnly, evaluate.WRONG_VALUES, False),
-    "Zeros": Cheat(Zeros, evaluate.WRONG_VALUES, False),
-    "CachedOutput": Cheat(CachedOutput, evaluate.OUTPUT_ALIASES, False),
-    "MutatesInput": Cheat(MutatesInput, evaluate.INPUT_MODIFIED, False),
-    "LowPrecision": Cheat(LowPrecision, evaluate.PRECISION, False),
-    "SideStream": Cheat(SideStream, evaluate.OTHER_STREAM, True),
-    "PatchesTimer": Cheat(PatchesTimer, evaluate.TIMER_PATCHED, False),
-}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def registered():
-    return build.load("selu_vectorized")
-
-
-@pytest.fixture(autouse=True)
-def real_perf_counter():
-    """Puts back time.perf_counter after every test, even one whose evaluate() failed: a
-    cheat that patches it would otherwise halve every later timing in the session."""
-    real = time.perf_counter
-    yield
-    time.perf_counter = real
+def _answer(tmp_path, body: str, name: str = "answer") -> str:
+    """An answer file whose ``ModelNew.forward(self, x)`` is ``body``."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("import os, time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+                    "    def __init__(self):\n        super().__init__()\n        self.calls = 0\n\n"
+                    "    def forward(self, x):\n        self.calls += 1\n" + textwrap.indent(body, " " * 8) + "\n")
+    return str(path)
 
 
 @pytest.mark.parametrize("dtype", check.DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("model", [ModelNew, Model], ids=lambda m: m.__name__)
-def test_honest_answers_pass(model, dtype):
-    verdict = evaluate.evaluate(model(), dtype=dtype, device="cpu")
+@pytest.mark.parametrize("name", [n for n in HONEST if n not in HONEST_NEEDS_GPU])
+def test_honest_answers_pass(name, dtype):
+    verdict = evaluate.evaluate(str(HONEST[name]), dtype=dtype, device="cpu", timed=False)
     assert verdict.passed, verdict._repr_markdown_()
-    assert str(verdict).startswith(f"{model.__name__}: PASSED")
+    assert str(verdict).startswith(f"{HONEST[name].stem}: PASSED")
 
 
-def _cheats(needs_cuda: bool):
-    return [pytest.param(name, id=name) for name, cheat in CHEATS.items() if cheat.needs_cuda == needs_cuda]
-
-
-@pytest.mark.parametrize("name", _cheats(needs_cuda=False))
+@pytest.mark.parametrize("name", [n for n, c in CHEATS.items() if not c.needs_gpu])
 def test_every_cpu_cheat_is_caught_by_name(name):
     cheat = CHEATS[name]
-    verdict = evaluate.evaluate(cheat.model(), device="cpu")
-    assert not verdict.passed
+    verdict = evaluate.evaluate(str(cheat.path), device="cpu", trials=2)
     assert cheat.finding in verdict.names(), str(verdict)
-    assert "FAILED: " in str(verdict) and cheat.finding in verdict._repr_markdown_()
+    assert cheat.finding in verdict._repr_markdown_()
 
 
-def test_the_timer_is_put_back_after_a_cheat_patches_it():
-    real = time.perf_counter
-    evaluate.evaluate(PatchesTimer(), device="cpu", trials=1)
-    assert time.perf_counter is real
+def test_the_naive_judge_passes_what_the_judge_catches():
+    for name in ("scale_only", "size_gated", "call_gated", "partial", "patches_timer", "patched_sync"):
+        correct, _ = gallery.naive_judge(CHEATS[name].path, device="cpu", numel=2**20, trials=2, reps=2)
+        assert correct, name
+    assert not gallery.naive_judge(CHEATS["zeros"].path, device="cpu", numel=4096, trials=1, reps=1)[0]
+    assert evaluate.evaluate(str(CHEATS["scale_only"].path), device="cpu", timed=False, trials=1).names() == [
+        evaluate.WRONG_VALUES]
+
+
+def test_the_naive_judge_puts_back_what_an_answer_replaced():
+    real = time.perf_counter, torch.cuda.synchronize
+    gallery.naive_judge(CHEATS["patches_timer"].path, device="cpu", numel=64, trials=1, reps=1)
+    gallery.naive_judge(CHEATS["patched_sync"].path, device="cpu", numel=64, trials=1, reps=1)
+    assert (time.perf_counter, torch.cuda.synchronize) == real
+
+
+def test_the_answer_cannot_reach_the_judges_clock_or_seed(tmp_path):
+    """Patches stay in the answer's process, and the inputs differ from one evaluation to the next."""
+    record = tmp_path / "first_inputs.txt"
+    path = _answer(tmp_path, f"if self.calls == 1:\n    open({str(record)!r}, 'a').write(repr(x.sum().item()) + '\\n')\n"
+                             "time.perf_counter = lambda: 0.0\nreturn torch.selu(x)")
+    clock = time.perf_counter
+    first = evaluate.evaluate(path, device="cpu", trials=1, timed=False)
+    evaluate.evaluate(path, device="cpu", trials=1, timed=False)
+    assert time.perf_counter is clock and evaluate._clock is clock
+    assert first.names() == [evaluate.TIMER_PATCHED]
+    sums = record.read_text().split()
+    assert len(sums) == 2 and sums[0] != sums[1], sums
 
 
 def test_wrong_values_say_where_and_low_precision_is_named():
-    scale_only = evaluate.evaluate(ScaleOnly(), device="cpu")
-    (wrong,) = scale_only.findings
-    assert wrong.message.startswith(("normal", "wide_uniform", "huge", "large_negative", "special values"))
-    assert "x = -" in wrong.message  # the example is on SELU's negative branch, which torch.rand never reaches
-    assert evaluate.PRECISION not in evaluate.evaluate(Zeros(), device="cpu").names()
-    low = evaluate.evaluate(LowPrecision(), dtype=torch.float64, device="cpu")
-    assert "computed in lower precision" in next(f.message for f in low.findings if f.name == evaluate.PRECISION)
+    (wrong,) = evaluate.evaluate(str(CHEATS["scale_only"].path), device="cpu", trials=1, timed=False).findings
+    assert "x = -" in wrong.message  # an example on SELU's negative branch, which torch.rand never reaches
+    assert evaluate.PRECISION not in evaluate.evaluate(str(CHEATS["zeros"].path), device="cpu", trials=1,
+                                                       timed=False).names()
+    low = evaluate.evaluate(str(CHEATS["low_precision"].path), dtype=torch.float64, device="cpu", trials=1, timed=False)
+    assert "computed in bfloat16" in next(f.message for f in low.findings if f.name == evaluate.PRECISION)
 
 
-def test_input_layouts_reach_the_answer():
+def test_input_layouts_reach_the_answer(tmp_path):
     """An answer that reads its input as if it were contiguous fails on the views."""
-    def flat(x):
-        return torch.selu(torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset()))
-
-    verdict = evaluate.evaluate(flat, device="cpu", trials=1)
+    path = _answer(tmp_path, "return torch.selu(torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), "
+                             "x.storage_offset()))")
+    verdict = evaluate.evaluate(path, device="cpu", trials=1, timed=False)
     (wrong,) = [f for f in verdict.findings if f.name == evaluate.WRONG_VALUES]
     assert any(layout in wrong.message for layout in evaluate.LAYOUTS), wrong.message
-    assert flat(torch.ones(3, 4)).equal(torch.selu(torch.ones(3, 4)))  # right on a contiguous input
 
 
-class _Jitter(torch.nn.Module):
-    """Within the ulp tolerance every time, but one ulp further from 0 on every other call."""
+@pytest.mark.parametrize(("body", "finding"), [
+    ("return torch.selu(x).double()", evaluate.WRONG_METADATA),
+    ("return torch.selu(x).flatten()", evaluate.WRONG_METADATA),
+    ("return 1 / 0", evaluate.RAISED),
+    ("y = torch.selu(x)\nreturn torch.nextafter(y, y * 2) if self.calls % 2 else y", evaluate.NONDETERMINISTIC),
+    ("os._exit(3)", evaluate.CRASHED),
+    # Wrong at the problem size only when called again within half a millisecond: back to back.
+    ("quick = time.monotonic() - getattr(self, 'last', 0.0) < 5e-4\n"
+     "y = x * 2 if quick and x.numel() >= 2**20 else torch.selu(x)\n"
+     "self.last = time.monotonic()\nreturn y", evaluate.TIMING_DEPENDENT),
+], ids=["dtype", "shape", "raises", "nondeterministic", "crashes", "wrong when timed"])
+def test_other_findings(tmp_path, body, finding):
+    verdict = evaluate.evaluate(_answer(tmp_path, body), device="cpu", trials=1)
+    assert verdict.names()[:1] == [finding], verdict._repr_markdown_()
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        y = check.selu_reference(x).to(x.dtype)
-        return torch.nextafter(y, y * 2) if self.calls % 2 else y
+def test_a_hung_answer_is_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluate, "TIMEOUT_S", 2)
+    start = time.perf_counter()
+    verdict = evaluate.evaluate(_answer(tmp_path, "time.sleep(60)"), device="cpu", trials=1)
+    assert verdict.names() == [evaluate.CRASHED] and "no reply in 2 s" in verdict.findings[0].message
+    assert time.perf_counter() - start < 30
 
 
-@pytest.mark.parametrize(("model", "finding"), [
-    (lambda x: torch.selu(x).double(), evaluate.WRONG_METADATA),
-    (lambda x: torch.selu(x).flatten(), evaluate.WRONG_METADATA),
-    (lambda x: [torch.selu(x)], evaluate.WRONG_METADATA),
-    (lambda x: 1 / 0, evaluate.RAISED),
-    (_Jitter(), evaluate.NONDETERMINISTIC),
-], ids=["dtype", "shape", "not a tensor", "raises", "nondeterministic"])
-def test_other_findings(model, finding):
-    verdict = evaluate.evaluate(model, device="cpu", trials=2)
-    assert verdict.names() == [finding], str(verdict)
+def test_an_answer_that_does_not_import_is_a_finding(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("import torch\nraise ImportError('no such kernel')\n")
+    verdict = evaluate.evaluate(str(path), device="cpu")
+    assert verdict.names() == [evaluate.RAISED] and "ImportError: no such kernel" in verdict.findings[0].message
+
+
+def test_timed_rows_take_turns_beside_the_copy():
+    verdicts = evaluate.evaluate({"torch.selu": str(HONEST["torch.selu"]), "cached": str(CHEATS["cached_output"].path)},
+                                 device="cpu", trials=1, numel=4096)
+    assert list(verdicts) == [evaluate.COPY_ROW, "torch.selu", "cached"]
+    rounds = 1  # on a CPU
+    assert len(verdicts["torch.selu"].flushed_ms) == rounds * evaluate.REPS
+    assert len(verdicts["torch.selu"].back_to_back_ms) == rounds
+    assert verdicts["cached"].flushed_ms == []  # wrong before timing: never timed
+    table = evaluate.speed_table(verdicts)
+    assert [r["answer"] for r in table["rows"]] == list(verdicts) and table["rows"][0]["x_copy"] == 1.0
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", _cheats(needs_cuda=True))
-def test_every_gpu_cheat_is_caught_by_name(name):
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_every_cheat_is_caught_by_name_on_the_gpu(name):
     cheat = CHEATS[name]
-    verdict = evaluate.evaluate(cheat.model(), device="cuda")
+    # 2^28 elements: work left on another stream keeps the device busy well past STREAM_BUSY_MS
+    verdict = evaluate.evaluate(str(cheat.path), device="cuda", trials=1, numel=2**28, timed=False)
     assert cheat.finding in verdict.names(), str(verdict)
 
 
 @pytest.mark.gpu
-def test_the_course_answer_passes_on_the_gpu():
-    verdict = evaluate.evaluate(ModelNew(), device="cuda")
-    assert verdict.passed, verdict._repr_markdown_()
-
-
-# --------------------------------------------------------------------------- timing
-
-def test_flags_are_read_against_the_copys_fast_end():
-    row = lambda answer, ms, q20: {"answer": answer, "median_ms": ms, "q20_ms": q20, "q80_ms": ms,  # noqa: E731
-                                   "naive_median_ms": ms, "naive_q20_ms": q20, "naive_q80_ms": ms}
-    # A copy that ran slow in some calls (median 3.38, fast end 3.02): an answer at 3.00 is honest,
-    # though more than 10% below the copy's median.
-    table = {"bytes": 12 * 10**9, "datasheet_gbps": 4800.0,
-             "rows": [row(evaluate.COPY_ROW, 3.38, 3.02), row(evaluate.EAGER_ROW, 3.39, 3.05), row("ok", 3.00, 3.00),
-                      row("fast", 2.0, 2.0)]}
-    assert evaluate.row_flags(table, table["rows"][2]) == []
-    assert [f.split(":")[0] for f in evaluate.row_flags(table, table["rows"][3], "naive")] == [
-        evaluate.IMPOSSIBLE, evaluate.SUSPECT]
-
-
-def test_speed_flags():
-    nbytes = 2 * 10**9  # 2 GB: 0.597 ms at 3.35 TB/s
-    assert evaluate.speed_flags(1.0, copy_ms=1.0, eager_ms=1.1, nbytes=nbytes, datasheet_gbps=3350.0) == []
-    suspect = evaluate.speed_flags(0.85, copy_ms=1.0, eager_ms=1.1, nbytes=nbytes, datasheet_gbps=None)
-    assert [f.split(":")[0] for f in suspect] == [evaluate.SUSPECT]
-    assert "1.29× eager, where the copy roofline allows 1.10×" in suspect[0]
-    both = evaluate.speed_flags(0.5, copy_ms=1.0, eager_ms=1.1, nbytes=nbytes, datasheet_gbps=3350.0)
-    assert [f.split(":")[0] for f in both] == [evaluate.IMPOSSIBLE, evaluate.SUSPECT]
-    assert "(0.597 ms)" in both[0]
-
-
-def test_timing_flags_a_cached_output_and_puts_the_clock_back():
-    real = time.perf_counter
-    table = evaluate.measure_speed({"CachedOutput": CachedOutput(), "PatchesTimer": PatchesTimer()},
-                                   device="cpu", numel=1 << 20, rounds=1, reps=3)
-    rows = {r["answer"]: r for r in table["rows"]}
-    assert list(rows) == [evaluate.COPY_ROW, evaluate.EAGER_ROW, "CachedOutput", "PatchesTimer"]
-    assert any(f.startswith(evaluate.SUSPECT) for f in evaluate.row_flags(table, rows["CachedOutput"]))
-    assert time.perf_counter is real
-    assert evaluate._clock is real
-
-
-def test_timing_gives_a_writing_answer_the_same_input_every_row():
-    seen = []
-
-    def records(x):
-        seen.append(x.clone())
-        return torch.selu_(x)
-
-    evaluate.measure_speed({"writes": records, "reads": lambda x: seen.append(x.clone()) or torch.selu(x)},
-                           device="cpu", numel=1 << 10, rounds=1, reps=1)
-    assert torch.equal(seen[0], seen[-1])  # the first call of "writes" and the last of "reads"
-
-
-@pytest.mark.gpu
-def test_the_side_stream_cheat_fools_only_the_naive_timer():
-    table = evaluate.measure_speed({"SideStream": SideStream(), "ModelNew": ModelNew()},
-                                   device="cuda", numel=1 << 28, rounds=1, reps=5)
-    rows = {r["answer"]: r for r in table["rows"]}
-    assert not evaluate.row_flags(table, rows["SideStream"]), rows["SideStream"]
-    assert evaluate.row_flags(table, rows["SideStream"], "naive"), rows["SideStream"]
-    assert not evaluate.row_flags(table, rows["ModelNew"]), rows["ModelNew"]  # an honest answer is not flagged
-
-
-class _FakeStream:
-    def synchronize(self):
-        pass
-
-
-def _stream_check_with_device_waits(monkeypatch, waits_ms):
-    """evaluate._stream_check on the CPU, with a device whose torch.cuda.synchronize() takes
-    each of ``waits_ms`` in turn (after the first, which only settles the device)."""
-    now, waits = [0.0], iter([0.0, *waits_ms])
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: now.__setitem__(0, now[0] + next(waits) / 1e3))
-    monkeypatch.setattr(evaluate, "_clock", lambda: now[0])
-    monkeypatch.setattr(evaluate, "STREAM_CHECK_BYTES", 4096)
-    calls, found = [], []
-    evaluate._stream_check(lambda x: calls.append(x) or x.clone(), torch.float32, torch.device("cpu"), 0,
-                           lambda kind, message: found.append((kind, message)))
-    return calls, found
-
-
-def test_the_stream_check_takes_the_least_of_its_tries(monkeypatch):
-    # One slow reading, as when the host runs something else for a moment: the next call is idle.
-    calls, found = _stream_check_with_device_waits(monkeypatch, [0.21, 0.01])
-    assert len(calls) == 2 and found == []
-    # Work left on another stream keeps the device busy after every call.
-    calls, found = _stream_check_with_device_waits(monkeypatch, [1.4, 1.3, 1.5])
-    assert len(calls) == evaluate.STREAM_CHECK_TRIES == 3
-    assert [kind for kind, _ in found] == [evaluate.OTHER_STREAM]
-    assert "at least 1.30 ms" in found[0][1] and "in each of 3 calls" in found[0][1]
-    # An idle device at once: one call.
-    calls, found = _stream_check_with_device_waits(monkeypatch, [0.01])
-    assert len(calls) == 1 and found == []
-
-
-def test_the_stream_check_reads_with_the_garbage_collector_off(monkeypatch):
-    import gc
-
-    states = []
-    monkeypatch.setattr(evaluate, "_clock", lambda: states.append(gc.isenabled()) or 0.0)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(evaluate, "STREAM_CHECK_BYTES", 4096)
-    assert gc.isenabled()
-    evaluate._stream_check(lambda x: x.clone(), torch.float32, torch.device("cpu"), 0, lambda *a: None)
-    assert states == [False, False] and gc.isenabled()
+@pytest.mark.parametrize("dtype", check.DTYPES, ids=DTYPE_IDS)
+def test_honest_answers_pass_on_the_gpu(dtype):
+    verdicts = evaluate.evaluate({name: str(path) for name, path in HONEST.items()}, dtype=dtype, device="cuda",
+                                 trials=1, numel=2**26)
+    assert all(v.passed for v in verdicts.values()), "\n".join(v._repr_markdown_() for v in verdicts.values())
