@@ -72,8 +72,8 @@ def _snapshot() -> dict[str, tuple[object, str, object]]:
 
 
 def restore(snapshot: dict[str, tuple[object, str, object]]) -> list[str]:
-    """Every watched function replaced since ``snapshot`` put back, and the L2 set-aside reset;
-    the names of those that were replaced."""
+    """Every watched function replaced since ``snapshot`` put back; the names of those that were
+    replaced."""
     patched = [name for name, (owner, attribute, original) in snapshot.items() if getattr(owner, attribute) is not original]
     for name in patched:
         owner, attribute, original = snapshot[name]
@@ -83,7 +83,7 @@ def restore(snapshot: dict[str, tuple[object, str, object]]) -> list[str]:
 
 class _L2:
     """The device's persisting-L2 set-aside (driver API): an answer that reserves it keeps its
-    data in the cache across calls. Read after each call, and put back to none."""
+    data in the cache across calls. Read after each call, and put back to the driver's default."""
 
     def __init__(self, cuda: bool):
         self.driver = ctypes.CDLL("libcuda.so.1") if cuda else None
