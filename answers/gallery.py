@@ -2,9 +2,8 @@
 apart (notebook 06, appendix A6), each cheat with the finding it must be caught by; and the naive
 KernelBench-style judge that most of them fool."""
 import contextlib
-import importlib.util
+import inspect
 import math
-import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -23,6 +22,11 @@ class Cheat(NamedTuple):
     finding: str  # the finding that names this cheat
     needs_gpu: bool
     published: str  # where the cheat's class is described
+
+    @property
+    def timed(self) -> bool:
+        """Whether only the judge's timed calls can catch it."""
+        return self.finding in e.TIMED_FINDINGS
 
 
 KERNELBENCH, KEVIN, GPU_MODE = "KernelBench", "Kevin (arXiv:2507.11948)", "GPU MODE"
@@ -44,6 +48,8 @@ _CHEATS = {
     "lazy_output": (e.NOT_PLAIN, False, GPU_MODE),
     "l2_persisting": (e.L2_PERSISTING, True, GPU_MODE),
     "data_ptr_cache": (e.OUTPUT_ALIASES, False, KEVIN),
+    "timing_gated": (e.TIMING_DEPENDENT, False, GPU_MODE),
+    "recycled_output": (e.TOO_FAST, True, KERNELBENCH),  # a CPU's times only stand in: flagged on a GPU
 }
 CHEATS = {name: Cheat(HERE / "cheats" / f"{name}.py", *rest) for name, rest in _CHEATS.items()}
 HONEST = {"torch.selu": HERE / "eager.py", "the course's operator": HERE / "course.py",
@@ -54,6 +60,18 @@ HONEST_NEEDS_GPU = {"torch.compile", "the Triton operator"}
 KERNELBENCH_ANSWER = HERE / "kernelbench_selu.py"
 
 
+# region: as_answer
+def as_answer(fn) -> str:
+    """``fn`` (x -> tensor), with ``torch`` and the course's ``check`` imported, written as an answer
+    file under .build/answers whose ``ModelNew`` calls it; the file's path."""
+    path = env.BUILD_DIR / "answers" / f"{fn.__name__}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("import torch\nfrom helpers import check\n\n\n" + inspect.getsource(fn) + "\n\n"
+                    f"class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return {fn.__name__}(x)\n")
+    return str(path)
+# endregion
+
+
 # region: naive
 @contextlib.contextmanager
 def in_process(path):
@@ -61,28 +79,30 @@ def in_process(path):
     on leaving, whatever it replaced in torch, time or triton is put back and the L2 set-aside reset."""
     watched, l2 = answer_worker._snapshot(), answer_worker._L2(torch.cuda.is_initialized())
     try:
-        spec = importlib.util.spec_from_file_location(f"answer_{Path(path).stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        yield module.ModelNew()
+        yield answer_worker.import_answer(path, f"answer_{Path(path).stem}").ModelNew()
     finally:
         answer_worker.restore(watched)
         if l2.driver is not None:
             l2.changed()
 
 
+class NaiveVerdict(NamedTuple):
+    correct: bool
+    ms: float  # nan where the answer or the judge raised
+    numel: int
+
+
 def naive_judge(path, *, dtype: torch.dtype = torch.float32, device=None, numel: int | None = None,
-                trials: int = 5, reps: int = 10) -> tuple[bool, float]:
+                trials: int = 5, reps: int = 10) -> NaiveVerdict:
     """KernelBench's judge, in short: the answer in this process; ``trials`` inputs from
     ``torch.rand``, the reference first (its result copied, its memory freed), compared with
     ``torch.allclose`` at 1e-2; then the median of ``reps`` calls timed with CUDA events on the
-    current stream (``time.perf_counter`` on a CPU). Returns (correct, ms); (False, nan) where
-    the answer or the judge raised."""
+    current stream (``time.perf_counter`` on a CPU). Incorrect where the answer or the judge raised."""
     device = check._device(device)
-    numel = numel or env.problem_numel(dtype, tensors=e.PARENT_TENSORS)[0]
     if device.type == "cuda":
         torch.cuda.init()  # before in_process reads the L2 set-aside
+        torch.cuda.empty_cache()  # the last answer's memory back: every answer is judged at the same size
+    numel = numel or env.problem_numel(dtype, tensors=e.PARENT_TENSORS)[0]
     with contextlib.suppress(Exception), in_process(path) as model:
         correct = True
         for trial in range(trials):
@@ -109,6 +129,6 @@ def naive_judge(path, *, dtype: torch.dtype = torch.float32, device=None, numel:
                 begin = time.perf_counter()
                 model(x)
                 times.append((time.perf_counter() - begin) * 1e3)
-        return correct, float(np.median(times))
-    return False, math.nan
+        return NaiveVerdict(correct, float(np.median(times)), numel)
+    return NaiveVerdict(False, math.nan, numel)
 # endregion

@@ -27,14 +27,14 @@ _cuda_synchronize = getattr(torch._C, "_cuda_synchronize", None)  # every stream
 _get_stream = getattr(torch._C, "_cuda_getCurrentStream", None)
 _set_stream = getattr(torch._C, "_cuda_setStream", None)
 _empty_cache = getattr(torch._C, "_cuda_emptyCache", None)
+_type, _clock = type, time.perf_counter
 _cuda = False  # whether this process's buffers are on a GPU (set by Worker; nothing here may start CUDA)
+# endregion
 
 
 def _synchronize_device() -> None:
     if _cuda:
         _cuda_synchronize()
-_type, _clock = type, time.perf_counter
-# endregion
 
 # The functions a benchmark reads or waits with, watched for replacement (names, not behaviour:
 # this process never calls them). time's clocks and triton's timer are TIMERS; torch.cuda's
@@ -110,6 +110,15 @@ class _L2:
         self.driver.cuStreamSynchronize(None)
 
 
+def import_answer(path, module_name: str = "answer"):
+    """The answer file at ``path``, imported as module ``module_name`` (its ``ModelNew`` not yet built)."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 class Worker:
     """One answer, its shared buffers, and what it did; :func:`serve` hands it each message."""
 
@@ -122,11 +131,7 @@ class Worker:
         self.stream = _get_stream(_device(buffers["final"]).index) if _cuda else None
         self.model = None
         try:
-            spec = importlib.util.spec_from_file_location("answer", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["answer"] = module
-            spec.loader.exec_module(module)  # at import
-            self.model = module.ModelNew()  # when built
+            self.model = import_answer(path).ModelNew()  # imported, then built
         finally:
             self.report = self._findings()
 

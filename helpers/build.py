@@ -67,11 +67,14 @@ KERNELS = {
 }
 
 # Autograd-key kernels: C++ alone, serving every device. Not in KERNELS: loading one changes
-# the autograd rule of its operators, which is helpers.ops.enable_cpp_backward()'s business
-# (it removes the Python rule first: an operator has one Autograd kernel at a time).
+# the autograd rule of its operators, which is helpers.ops's business (it removes the Python
+# rule first: an operator has one Autograd kernel at a time).
 AUTOGRAD_KERNELS = {
     "selu_autograd": KernelSpec("selu_autograd.cpp", None, ("selu_vectorized", "selu_vectorized_with_config")),
 }
+
+# Called with the kernel's name after each load: helpers.ops puts the operator's fast path in place.
+AFTER_LOAD: list = []
 
 # A pybind11 binding of the forward operator, cheaper per call than torch.ops' (notebook 05):
 # it registers nothing, so it is imported like any extension and never unloaded.
@@ -228,33 +231,37 @@ def loaded_library(source: str) -> Library | None:
 
 
 def _is_loaded(path: Path) -> bool:
-    try:
-        handle = ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-    except OSError:
-        return False
-    _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
-    return True
+    with symbols(path) as handle:
+        return handle is not None
 
 
 # ``int64_t selu_course_objects_alive()``: the autograd nodes of kernels/selu_autograd.cpp alive.
 OBJECTS_ALIVE_SYMBOL = "selu_course_objects_alive"
 
 
+@contextlib.contextmanager
+def symbols(library: Library | Path) -> Iterator[ctypes.CDLL | None]:
+    """A library's C functions through ctypes while it is loaded (None where it is not)."""
+    try:
+        handle = ctypes.CDLL(str(getattr(library, "path", library)), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        handle = None
+    try:
+        yield handle
+    finally:
+        if handle is not None:
+            _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
+
+
 def objects_alive(library: Library) -> int:
     """How many objects made by ``library``'s code are alive now (0 where it counts none)."""
-    try:
-        handle = ctypes.CDLL(str(library.path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-    except OSError:
-        return 0  # not loaded
-    try:
+    with symbols(library) as handle:
         count = getattr(handle, OBJECTS_ALIVE_SYMBOL, None)
         if count is not None:
             count.restype = ctypes.c_int64
             if count() > 0:
                 gc.collect()  # a reference cycle may be all that keeps one alive
         return 0 if count is None else count()
-    finally:
-        _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
 
 
 def unload(library: Library) -> None:
@@ -263,24 +270,20 @@ def unload(library: Library) -> None:
     which would run unloaded code; queued CUDA work is finished first."""
     alive = objects_alive(library)
     if alive:
-        raise BuildError(
-            f"{library.name} cannot be unloaded yet: {alive} autograd graph node(s) made by its code "
-            f"(kernels/{library.source}) are still alive, and freeing one after the unload would crash this "
-            "process. They belong to results that require grad (their .grad_fn), or to the graphs that "
-            "torch.compile traced meanwhile: delete those results (del y) or keep only y.detach(), call "
-            "torch._dynamo.reset() if something was compiled, then try again."
-        )
+        raise BuildError(f"{library.name} cannot be unloaded yet: {alive} autograd graph node(s) made by its code "
+                         f"(kernels/{library.source}) are still alive, and freeing one after the unload would crash "
+                         "this process. They belong to results that require grad (their .grad_fn), or to the graphs "
+                         "that torch.compile traced meanwhile: delete those results (del y) or keep only y.detach(), "
+                         "call torch._dynamo.reset() if something was compiled, then try again.")
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     # Each dlopen of a path counts one reference (torch's loader opened it once);
     # dlclose each, through a handle that does not load it again.
     for _ in range(16):
-        try:
-            handle = ctypes.CDLL(str(library.path), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        except OSError:
-            break
-        _ctypes.dlclose(handle._handle)  # the reference RTLD_NOLOAD just added
-        _ctypes.dlclose(handle._handle)  # one that was there before
+        with symbols(library) as handle:
+            if handle is None:
+                break
+            _ctypes.dlclose(handle._handle)  # one that was there before (symbols closes its own)
     torch.ops.loaded_libraries.discard(str(library.path))
     if _LOADED.get(library.source, library).path == library.path:
         _LOADED.pop(library.source, None)
@@ -311,11 +314,9 @@ def _library_options(source_name: str, device: str, extra_flags: tuple[str, ...]
 
 
 def _build_failed(source_name: str, device: str, error: Exception | str) -> BuildError:
-    return BuildError(
-        f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n"
-        f"{relative_paths(str(error))}\nFix the first error it reports and re-run the cell; the build is "
-        "cached per source hash, so only a changed kernel is rebuilt."
-    )
+    return BuildError(f"Building kernels/{source_name} for {device.upper()} failed. The compiler said:\n"
+                      f"{relative_paths(str(error))}\nFix the first error it reports and re-run the cell; the build "
+                      "is cached per source hash, so only a changed kernel is rebuilt.")
 
 
 def _build_side_by_side(jobs: list[tuple], verbose: bool) -> dict[str, float]:
@@ -431,6 +432,8 @@ def load(kernel: str, *, backend: str = "auto", extra_cuda_cflags: tuple[str, ..
     built_s = _build_side_by_side(jobs, verbose) if len(jobs) > 1 else {}
     for job in jobs:
         loaded.libraries.append(_build_library(*job, verbose, built_s=built_s.get(job[0], 0.0)))
+    for after_load in AFTER_LOAD:
+        after_load(kernel)
     return loaded
 
 
@@ -496,76 +499,23 @@ def _launch_configs() -> dict:
             for index in range(torch.cuda.device_count()) for dtype in schemas.FLOAT_DTYPES}
 
 
-# ----------------------------------------------------------------------------- notebook 02's first extension
-
-
-def pybind_bindings(declarations: str, functions: tuple[str, ...]) -> str:
-    """The ``bindings.cpp`` of :func:`pybind_extension`: the declarations and one ``m.def`` per function."""
-    definitions = [f'  m.def("{f}", &{f}, "{f}");' for f in functions]
-    return "\n".join(["#include <torch/extension.h>", declarations, "", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {",
-                      *definitions, "}", ""])
-
-
-def pybind_directory(name: str, *, declarations: str, definitions: str, functions: tuple[str, ...], cuda: bool,
-                     extra_cuda_cflags: tuple[str, ...] = ()) -> Path:
-    """Where :func:`pybind_extension` builds these sources (created if needed); its name is the module's."""
-    flags = tuple(CUDA_FLAGS) + tuple(extra_cuda_cflags) if cuda else ()
-    bindings = pybind_bindings(declarations, functions)
-    digest = source_hash(bindings, definitions, " ".join(flags), str(cuda), torch.__version__)
-    return build_directory(f"{name}_{digest}")
-
-
-def pybind_extension(name: str, *, declarations: str, definitions: str, functions: tuple[str, ...], cuda: bool,
-                     extra_cuda_cflags: tuple[str, ...] = ()) -> ModuleType:
-    """A plain pybind11 extension of two translation units, as ``load_inline`` makes one:
-    ``bindings.cpp`` (``declarations`` and a ``PYBIND11_MODULE`` binding ``functions``) and
-    ``definitions`` compiled on its own (``.cu`` by nvcc when ``cuda``). The two meet only in the
-    linker, where notebook 02's ``extern "C"`` mismatch shows. ``name`` gets a hash appended."""
-    from torch.utils.cpp_extension import load
-
-    if cuda:
-        set_cuda_arch_list()
-    directory = pybind_directory(name, declarations=declarations, definitions=definitions, functions=functions,
-                                 cuda=cuda, extra_cuda_cflags=extra_cuda_cflags)
-    check_stale_lock(directory)
-    files = {"bindings.cpp": pybind_bindings(declarations, functions),
-             f"definitions.{'cu' if cuda else 'cpp'}": definitions}
-    for filename, text in files.items():
-        if not (directory / filename).exists() or (directory / filename).read_text() != text:
-            (directory / filename).write_text(text)
-    try:
-        return load(name=directory.name, sources=[str(directory / filename) for filename in files],
-                    extra_cflags=list(CPU_FLAGS), build_directory=str(directory), verbose=False,
-                    extra_cuda_cflags=list(CUDA_FLAGS) + list(extra_cuda_cflags) if cuda else None)
-    except ImportError as error:
-        raise BuildError(
-            f"The extension {directory.name} compiled and linked, but Python could not import it:\n"
-            f"    {relative_paths(str(error))}\n"
-            "An 'undefined symbol' means a function was declared (in the binding file) with a different "
-            "signature or linkage than it was defined with: make both include the same declaration."
-        ) from None
-    except Exception as error:
-        raise BuildError(f"Building {name} failed. The compiler said:\n{relative_paths(str(error))}") from None
-
-
 # ----------------------------------------------------------------------------- showing sources
 
 _REGION = re.compile(r"^[ \t]*(?://|#) region: (?P<name>[\w-]+)[ \t]*\n(?P<body>.*?)^[ \t]*(?://|#) endregion[ \t]*$",
                      re.MULTILINE | re.DOTALL)
 
 
-def _source_path(filename: str) -> Path:
-    """``kernels/<filename>``, or from the repository root where it has a folder (``"helpers/ops.py"``)."""
-    return env.REPO_ROOT / filename if "/" in filename else env.KERNELS_DIR / filename
-
-
 def _shown_name(filename: str) -> str:
+    """``kernels/<filename>``, or the name as given where it has a folder (``"helpers/ops.py"``)."""
     return filename if "/" in filename else f"kernels/{filename}"
 
 
+def _source_path(filename: str) -> Path:
+    return env.REPO_ROOT / _shown_name(filename)
+
+
 def regions(filename: str) -> dict[str, str]:
-    """The marked regions of ``kernels/<filename>`` (or of a file named from the repository root):
-    ``// region: name`` ... ``// endregion``, or ``# region:`` ... ``# endregion`` in Python."""
+    """The ``// region: name`` ... ``// endregion`` (``#`` in Python) parts of a file, by name."""
     return {m["name"]: m["body"] for m in _REGION.finditer(_source_path(filename).read_text())}
 
 

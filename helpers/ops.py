@@ -5,14 +5,14 @@ one function per operator.
 >>> build.load("selu_vectorized")      # compiles and registers the CPU and CUDA kernels  # doctest: +SKIP
 >>> y = ops.selu_vectorized(x)          # torch.ops.selu_course.selu_vectorized(x)       # doctest: +SKIP
 
-The operators themselves (schemas, fake kernels, the rules that refuse a gradient) are
-defined in :mod:`helpers.schemas`, which :mod:`helpers.build` loads before any kernel. No
-operator may silently drop a gradient: until :func:`enable_backward`, each raises an error
-that says so when called on a tensor that requires grad; after it, the forward operators
-differentiate through the backward operators, and the in-place one through
-:class:`helpers.schemas.SeluInPlace`.
+The operators (schemas, fake kernels, refusing rules) are defined in :mod:`helpers.schemas`.
+No operator may silently drop a gradient: until :func:`enable_backward`, each refuses a tensor
+that requires grad; after it, the forward operators differentiate through the backward
+operators, and the in-place one through :class:`helpers.schemas.SeluInPlace`.
 """
 from __future__ import annotations
+
+import ctypes
 
 import torch
 
@@ -24,10 +24,12 @@ from .schemas import (  # noqa: F401  (the names notebooks and tests use through
 
 # ----------------------------------------------------------------------------- autograd
 
-# The C++ rule's library (kernels/selu_autograd.cpp) while it is loaded: enable_cpp_backward().
+# The C++ rules' library (kernels/selu_autograd.cpp) while it is loaded; the rule enable_backward()
+# gives the operators it covers, "cpp" unless a notebook asks for the Python one.
 _cpp_rules: build.Library | None = None
 AUTOGRAD_RULES = ("python", "cpp")
 CPP_RULES_KERNEL = "selu_autograd"  # in helpers.build.AUTOGRAD_KERNELS
+_rule = "cpp"
 
 
 def _has_kernel(name: str, key: str) -> bool:
@@ -60,37 +62,65 @@ def _selu_backward_rule(ctx, grad):
     return (torch.ops.selu_course.selu_backward.default(grad, x),) + (None,) * ctx.config_args
 
 
-def enable_backward() -> None:
-    """Register the real autograd rule on every functional forward operator: the backward is
-    ``selu_backward(grad, x)``, saving only ``x``. The mistakes keep refusing.
+def register_python_rule(name: str, rules: torch.library.Library) -> None:
+    """Forward operator ``name``'s autograd rule: backward = ``selu_backward(grad, x)``, saving only ``x``."""
+    torch.library.register_autograd(qualified(name), _selu_backward_rule, setup_context=_save_input, lib=rules)
+# endregion
+
+
+def enable_backward(rule: str | None = None) -> None:
+    """Give every functional forward operator its gradient (:func:`register_python_rule`); the
+    mistakes keep refusing. On the operators kernels/selu_autograd.cpp covers, the same rule in
+    C++ runs unless ``rule="python"``: it computes the same gradient, bit for bit, and costs far
+    less per call (notebook 05). ``rule`` (``"python"`` or ``"cpp"``) stays the choice until
+    changed.
 
     Needs the backward kernels (``build.load("selu_backward")``): without them this raises,
     and says so. :func:`disable_backward` restores the refusing rules.
     """
+    global _rule
+    if rule is not None and rule not in AUTOGRAD_RULES:
+        raise ValueError(f"rule must be one of {', '.join(map(repr, AUTOGRAD_RULES))}, not {rule!r}.")
     _check_backward_kernels()
-    rules = _reset_autograd_rules()
-    schemas.backward_enabled = True
-    for name in FORWARD_OPS:
-        if name.startswith("mistake_"):
-            schemas.forbid_gradients(name, rules)
-        else:
-            torch.library.register_autograd(qualified(name), _selu_backward_rule, setup_context=_save_input,
-                                            lib=rules)
-# endregion
+    _install_rules(differentiate=True, rule=rule or _rule)
+    _rule = rule or _rule
 
 
 def disable_backward() -> None:
     """Every forward operator refuses a gradient again (the state before notebook 04)."""
-    _reset_autograd_rules()
-    schemas.refuse_every_gradient()
+    _install_rules(differentiate=False, rule=_rule if _cpp_rules is not None else "python")
 
 
-def _reset_autograd_rules(keep_cpp_rules: bool = False) -> torch.library.Library:
+def _install_rules(differentiate: bool, rule: str) -> None:
+    """One autograd kernel per forward operator: the C++ rule where ``rule`` is ``"cpp"`` and it
+    covers the operator, else a Python one; each differentiates or refuses."""
     global _cpp_rules
-    if _cpp_rules is not None and not keep_cpp_rules:
+    in_cpp = cpp_rule_operators() if rule == "cpp" else ()
+    if _cpp_rules is not None and not in_cpp:
+        if build.objects_alive(_cpp_rules):  # graphs torch.compile keeps hold nodes of it: they recompile
+            torch._dynamo.reset()
         build.unload(_cpp_rules)  # first: it refuses while a node of the C++ rule is alive, changing nothing
         _cpp_rules = None
-    return schemas.new_autograd_rules()
+    rules = schemas.new_autograd_rules()  # the Python rules removed, before the C++ library may register
+    schemas.backward_enabled = differentiate
+    try:
+        if in_cpp and _cpp_rules is None:
+            build.load(CPP_RULES_KERNEL, backend="cpu")
+    finally:  # where that failed, Python rules cover every operator, and the error still shows
+        _cpp_rules = build.loaded_library(build.AUTOGRAD_KERNELS[CPP_RULES_KERNEL].cpu_source)
+        for name in FORWARD_OPS:
+            if _cpp_rules is not None and name in in_cpp:
+                _set_cpp_refusal(name, "" if differentiate else schemas.NO_BACKWARD_YET.format(op=qualified(name)))
+            elif differentiate and not name.startswith("mistake_"):
+                register_python_rule(name, rules)
+            else:
+                schemas.forbid_gradients(name, rules)
+
+
+def _set_cpp_refusal(name: str, message: str) -> None:
+    with build.symbols(_cpp_rules) as library:
+        library.selu_course_set_refusal.argtypes = (ctypes.c_char_p, ctypes.c_char_p)
+        library.selu_course_set_refusal(name.encode(), message.encode())
 
 
 def cpp_rule_operators() -> tuple[str, ...]:
@@ -98,51 +128,26 @@ def cpp_rule_operators() -> tuple[str, ...]:
     return build.AUTOGRAD_KERNELS[CPP_RULES_KERNEL].operators
 
 
-def enable_cpp_backward() -> None:
-    """:func:`enable_backward`, with the rule of the operators that kernels/selu_autograd.cpp
-    covers written in C++ instead of Python (notebook 05): their Python rule is left out,
-    and the C++ library is loaded in its place; the other operators get the Python rule.
-
-    Why: a rule registered from Python runs on every call, not only on those that record a
-    gradient, and on a small tensor its microseconds cost more than the kernel. The same
-    rule in C++ costs what the rules of torch's own operators cost, and computes the same
-    gradient, bit for bit.
-    """
-    global _cpp_rules
-    _check_backward_kernels()
-    rules = _reset_autograd_rules(keep_cpp_rules=True)
-    schemas.backward_enabled = True
-    in_cpp = cpp_rule_operators()
-    for name in FORWARD_OPS:
-        if name.startswith("mistake_"):
-            schemas.forbid_gradients(name, rules)
-        elif name not in in_cpp:
-            torch.library.register_autograd(qualified(name), _selu_backward_rule, setup_context=_save_input, lib=rules)
-    try:
-        build.load(CPP_RULES_KERNEL, backend="cpu")
-    finally:
-        _cpp_rules = build.loaded_library(build.AUTOGRAD_KERNELS[CPP_RULES_KERNEL].cpu_source)
-        if _cpp_rules is None:  # it failed: no operator may be left without a rule
-            for name in in_cpp:
-                torch.library.register_autograd(qualified(name), _selu_backward_rule, setup_context=_save_input,
-                                                lib=rules)
-
-
-def set_autograd_rule(rule: str) -> None:
-    """``"python"``: :func:`enable_backward` (notebook 04); ``"cpp"``: :func:`enable_cpp_backward`."""
-    if rule not in AUTOGRAD_RULES:
-        raise ValueError(f"rule must be one of {', '.join(map(repr, AUTOGRAD_RULES))}, not {rule!r}.")
-    (enable_cpp_backward if rule == "cpp" else enable_backward)()
-
-
 def autograd_rule(name: str) -> str:
-    """The autograd rule forward operator ``name`` has now: ``"python"`` (the Python functions of
-    :func:`enable_backward`), ``"cpp"`` (kernels/selu_autograd.cpp) or ``"refuses"``."""
+    """The autograd rule forward operator ``name`` has now: ``"python"`` (:func:`register_python_rule`),
+    ``"cpp"`` (kernels/selu_autograd.cpp) or ``"refuses"``."""
     if name not in FORWARD_OPS:
         raise ValueError(f"{qualified(name)} is not a functional forward operator: {', '.join(FORWARD_OPS)}.")
-    if _cpp_rules is not None and name in cpp_rule_operators():
-        return "cpp"
-    return "python" if schemas.backward_enabled and not name.startswith("mistake_") else "refuses"
+    if not schemas.backward_enabled or name.startswith("mistake_"):
+        return "refuses"
+    return "cpp" if _cpp_rules is not None and name in cpp_rule_operators() else "python"
+
+
+def use_fast_path(kernel: str) -> None:
+    """After ``build.load`` of selu_vectorized: the C++ rule (refusing until :func:`enable_backward`) and
+    the C++ entry, unless chosen otherwise; a call then costs what torch's own cost (notebook 05)."""
+    if kernel == "selu_vectorized" and _cpp_rules is None and _rule == "cpp":
+        _install_rules(differentiate=schemas.backward_enabled, rule="cpp")
+    if kernel == "selu_vectorized" and _use_entry and _cpp_entry is None:
+        use_cpp_entry()
+
+
+build.AFTER_LOAD.append(use_fast_path)
 
 
 # ----------------------------------------------------------------------------- the launch of selu_vectorized
@@ -191,25 +196,20 @@ def launch_for_size(numel: int, dtype: torch.dtype, config: tuple[int, int, int]
 
 # ----------------------------------------------------------------------------- the C++ entry
 
-_cpp_entry = None  # kernels/selu_entry.cpp's selu_vectorized, after use_cpp_entry()
+_cpp_entry = None  # kernels/selu_entry.cpp's selu_vectorized, once loaded
+_use_entry = True  # loaded with selu_vectorized (use_fast_path), unless use_cpp_entry(False)
 
 
 def use_cpp_entry(enabled: bool = True) -> None:
-    """Call :func:`selu_vectorized` through kernels/selu_entry.cpp, a pybind11 binding of the
-    operator (notebook 05), instead of through ``torch.ops``; ``enabled=False`` goes back.
-
-    Why: ``torch.ops`` binds every operator with one generic function that converts each
-    argument through the schema. On a small tensor, where issuing the call is its whole
-    cost, that costs more than the kernel's own host code. The entry calls the same
-    operator through the dispatcher, autograd rule included, so results and gradients do
-    not change. It is used in eager mode only: under ``torch.compile``, and for tensor
+    """Call :func:`selu_vectorized` through kernels/selu_entry.cpp, a pybind11 binding of the operator
+    (notebook 05; loaded with selu_vectorized), instead of through ``torch.ops``, whose generic binding
+    converts each argument through the schema; ``enabled=False`` goes back. The entry calls the same
+    operator through the dispatcher, autograd rule included; under ``torch.compile``, and for tensor
     subclasses, :func:`selu_vectorized` calls ``torch.ops``.
     """
-    global _cpp_entry
-    if not enabled:
-        _cpp_entry = None
-        return
-    _cpp_entry = build.load_entry().selu_vectorized
+    global _cpp_entry, _use_entry
+    _use_entry = enabled
+    _cpp_entry = build.load_entry().selu_vectorized if enabled else None
 
 
 def uses_cpp_entry() -> bool:

@@ -7,8 +7,10 @@
 // gradient is wanted: on a small tensor the Python costs several times the kernel.
 // This file registers a C++ kernel for the same key, for every device at once (the
 // Autograd key comes before CPU and CUDA), so it needs no CUDA build of its own.
-// helpers.ops loads it for enable_backward(rule="cpp") and unloads it again for the
-// Python rule or the refusing one: an operator has one Autograd kernel at a time.
+// helpers.ops loads it with selu_vectorized, as the operators' default rule: it refuses a
+// gradient until enable_backward(), as the Python rules do, and then differentiates. It is
+// unloaded only for the Python rule (rule="python"): an operator has one Autograd kernel
+// at a time.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
@@ -16,6 +18,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 namespace selu_course {
 namespace {
@@ -116,6 +121,20 @@ struct SeluVectorizedWithConfig : public torch::autograd::Function<SeluVectorize
 };
 // endregion
 
+// region: refusal
+// Until the backward is enabled, a call that wants a gradient raises this message, one per
+// operator: helpers.schemas.NO_BACKWARD_YET, set from Python (selu_course_set_refusal, below),
+// so that the text lives in one place. An empty message: the operator differentiates.
+std::mutex refusal_mutex;
+std::unordered_map<std::string, std::string> refusals;
+
+void refuse_if_disabled(const char* name) {
+  std::lock_guard<std::mutex> lock(refusal_mutex);
+  const auto found = refusals.find(name);
+  TORCH_CHECK(found == refusals.end() || found->second.empty(), found->second);
+}
+// endregion
+
 // region: autograd_kernel
 // The Autograd-key kernels. A gradient is recorded only when grad mode is on and x
 // requires grad; otherwise the call goes straight on to the device's kernel, with
@@ -126,6 +145,7 @@ bool wants_gradient(const at::Tensor& x) {
 
 at::Tensor selu_vectorized_autograd(const at::Tensor& x) {
   if (wants_gradient(x)) {
+    refuse_if_disabled("selu_vectorized");
     return SeluVectorized::apply(x);
   }
   at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -135,6 +155,7 @@ at::Tensor selu_vectorized_autograd(const at::Tensor& x) {
 at::Tensor selu_vectorized_with_config_autograd(const at::Tensor& x, int64_t threads_per_block,
                                                 int64_t vectors_per_thread, int64_t max_blocks_per_sm) {
   if (wants_gradient(x)) {
+    refuse_if_disabled("selu_vectorized_with_config");
     return SeluVectorizedWithConfig::apply(x, threads_per_block, vectors_per_thread, max_blocks_per_sm);
   }
   at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -147,6 +168,13 @@ at::Tensor selu_vectorized_with_config_autograd(const at::Tensor& x, int64_t thr
 // Read by helpers.build.unload through ctypes, hence C linkage (an unmangled name).
 extern "C" int64_t selu_course_objects_alive() {
   return nodes_alive.load(std::memory_order_relaxed);
+}
+
+// Called by helpers.ops through ctypes: operator `name` (without its namespace) refuses a
+// gradient with `message`, or differentiates where `message` is empty.
+extern "C" void selu_course_set_refusal(const char* name, const char* message) {
+  std::lock_guard<std::mutex> lock(refusal_mutex);
+  refusals[name] = message;
 }
 
 // region: registration

@@ -205,7 +205,7 @@ def test_enable_backward_without_the_backward_kernels_says_what_to_load():
         with pytest.raises(RuntimeError, match=r"not loaded for CPU.*build\.load\('selu_backward'\) first"):
             ops.enable_backward()
         with pytest.raises(RuntimeError, match=r"build\.load\('selu_backward'\) first"):
-            ops.enable_cpp_backward()
+            ops.enable_backward(rule="cpp")
         assert ops.autograd_rule("selu_vectorized") == "refuses"  # nothing changed
     finally:
         build.load("selu_backward")

@@ -2,7 +2,7 @@
 marked regions of the kernel files, and an error that says what to do for each failure.
 
 The operators' behaviour once loaded is tested in tests/test_ops.py; here, what
-``build.load`` and ``build.pybind_extension`` do before and around that.
+``build.load`` does before and around that.
 """
 import os
 import re
@@ -205,38 +205,6 @@ def test_cpu_load_registers_the_operators_and_is_cached():
     assert again.libraries[0].name == library.name
     assert again.build_seconds == 0
     assert "CPU from kernels/selu_cpu.cpp" in str(again) and "selu_course::selu_vectorized.out" in str(again)
-
-
-# ----------------------------------------------------------------------------- notebook 02's two-file extension
-
-
-def test_mismatched_extern_c_declaration_is_an_import_error_with_advice():
-    # The binding file declares relu with C linkage, the definition has C++
-    # linkage (a mangled name): both compile, the library links (undefined
-    # symbols are allowed in a shared library), and only the import fails.
-    with pytest.raises(build.BuildError, match=r"(?s)undefined symbol: relu\b.*same declaration") as info:
-        build.pybind_extension(
-            "extern_c_mismatch",
-            declarations='extern "C" at::Tensor relu(const at::Tensor& x);',
-            definitions="#include <ATen/core/Tensor.h>\n\n"
-            "at::Tensor relu(const at::Tensor& x) { return x.clamp_min(0); }\n",
-            functions=("relu",),
-            cuda=False,
-        )
-    assert str(env.REPO_ROOT) not in str(info.value)
-
-
-def test_compile_error_is_reported_with_relative_paths():
-    with pytest.raises(build.BuildError, match=r"(?s)Building broken_definitions failed\. The compiler said.*"
-                       r"definitions\.cpp:2:\d+: error") as info:
-        build.pybind_extension(
-            "broken_definitions",
-            declarations="at::Tensor relu(const at::Tensor& x);",
-            definitions="#include <ATen/core/Tensor.h>\nthis is not C++;\n",
-            functions=("relu",),
-            cuda=False,
-        )
-    assert str(env.REPO_ROOT) not in str(info.value)
 
 
 # ----------------------------------------------------------------------------- regions of the kernel files

@@ -1,6 +1,6 @@
 """The C++ autograd rule of notebook 05 (kernels/selu_autograd.cpp), against the Python one.
 
-* ``ops.enable_cpp_backward()`` gives selu_vectorized and selu_vectorized_with_config
+* ``ops.enable_backward(rule="cpp")`` gives selu_vectorized and selu_vectorized_with_config
   the C++ rule, whose results and gradients are the Python rule's, bit for bit, in every
   dtype; it passes ``gradcheck``, ``gradgradcheck`` (the double backward goes through
   selu_backward's own rule), ``opcheck`` and ``torch.compile(fullgraph=True)``.
@@ -15,12 +15,16 @@ No timings here: what the C++ rule saves per call is measured in notebook 05.
 from __future__ import annotations
 
 import gc
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 
-from helpers import build, check, ops
+from helpers import build, check, env, ops
 
 CPP_OPERATORS = ("selu_vectorized", "selu_vectorized_with_config")
 CONFIG = (128, 2, 0)  # a launch configuration for selu_vectorized_with_config (the CPU ignores it)
@@ -39,18 +43,20 @@ def registered():
 
 @pytest.fixture(autouse=True)
 def restore_the_rule():
-    """Each test leaves the rule it found (the refusing one, for the other test files)."""
+    """Each test leaves the rule it found (for the other test files: the default, the C++ rule refusing)."""
     before = ops.autograd_rule("selu_vectorized")
     yield
     gc.collect()  # graphs of the C++ rule kept by reference cycles would keep its library loaded
-    set_rule(before)
+    ops.enable_backward(rule="cpp" if before == "refuses" else before)
+    if before == "refuses":
+        ops.disable_backward()
 
 
 def set_rule(rule: str) -> None:
     if rule == "refuses":
         ops.disable_backward()
     else:
-        ops.set_autograd_rule(rule)
+        ops.enable_backward(rule=rule)
 
 
 def call(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -78,12 +84,13 @@ def autograd_kernel(name: str) -> str:
     return lines[0]
 
 
-def assert_rule(rule: str) -> None:
-    """``ops.autograd_rule`` says ``rule`` for the C++ rule's operators, and the dispatcher agrees."""
+def assert_rule(rule: str, in_cpp: bool | None = None) -> None:
+    """``ops.autograd_rule`` says ``rule`` for the C++ rule's operators, and the dispatcher agrees: its
+    kernel is the C++ function where ``in_cpp`` (by default, where the rule is ``"cpp"``)."""
     for name in CPP_OPERATORS:
         assert ops.autograd_rule(name) == rule, name
         line = autograd_kernel(name)
-        if rule == "cpp":
+        if rule == "cpp" if in_cpp is None else in_cpp:
             # A C++ function has an unboxed entry (called with C++ arguments); a Python kernel is boxed only.
             assert re.search(r"registered at \S*kernels[/\\]selu_autograd\.cpp:\d+ ", line), line
             assert "unboxed" in line, line
@@ -101,9 +108,9 @@ def test_results_and_gradients_are_the_python_rules_bit_for_bit(name, dtype):
     # Special values, then normal, wide, tiny, huge and large negative inputs of both signs.
     x = check.harness_input(4096, dtype, "cpu", seed=21)
     grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(22), dtype=torch.float64).to(dtype)
-    ops.enable_backward()
+    ops.enable_backward(rule="python")
     y_python, grad_python = result_and_gradient(name, x, grad)
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     y_cpp, grad_cpp = result_and_gradient(name, x, grad)
     assert torch.equal(bits(y_cpp), bits(y_python))
     assert torch.equal(bits(grad_cpp), bits(grad_python))
@@ -111,7 +118,7 @@ def test_results_and_gradients_are_the_python_rules_bit_for_bit(name, dtype):
 
 
 def test_gradcheck_and_double_backward():
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     g = torch.Generator().manual_seed(23)
     x = torch.randn(50, generator=g, dtype=torch.float64)
     x = x[x.abs() > 1e-3].requires_grad_()  # the derivative jumps at 0: gradcheck must not sample across it
@@ -123,7 +130,7 @@ def test_gradcheck_and_double_backward():
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "requires_grad"])
 @pytest.mark.parametrize("name", CPP_OPERATORS)
 def test_opcheck(name, requires_grad):
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     x = check.harness_input(37 * 29, torch.float64, "cpu", seed=24).reshape(37, 29)
     x = torch.where(x.isfinite(), x, 0).requires_grad_(requires_grad)  # opcheck's assert_close: NaN != NaN
     args = (x, *CONFIG) if name.endswith("with_config") else (x,)
@@ -131,7 +138,7 @@ def test_opcheck(name, requires_grad):
 
 
 def test_compiles_into_one_graph_with_eager_results():
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     torch._dynamo.reset()
     x = check.harness_input(1000, torch.float32, "cpu", seed=25)
     x = torch.where(x.isfinite(), x, 0).clamp(-50, 50)
@@ -152,7 +159,7 @@ def test_compiles_into_one_graph_with_eager_results():
 
 @pytest.mark.parametrize("name", CPP_OPERATORS)
 def test_records_nothing_where_no_gradient_is_wanted(name):
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     x = torch.randn(100)
     y = call(name, x)
     assert not y.requires_grad and y.grad_fn is None
@@ -188,7 +195,7 @@ def test_a_first_order_backward_runs_no_python():
     gradient of the gradient is wanted: that key's kernel is a Python rule (the double
     backward), which would run, and take the GIL, on every backward. With
     ``create_graph=True`` it must run, and the gradient of the gradient is recorded."""
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     leaf = torch.randn(100, requires_grad=True)
     y = ops.selu_vectorized(leaf)
     grad = torch.randn(100)
@@ -202,7 +209,7 @@ def test_a_first_order_backward_runs_no_python():
 
 @pytest.mark.parametrize("rule", ops.AUTOGRAD_RULES)
 def test_saves_only_x_as_the_python_rule_does(rule):
-    ops.set_autograd_rule(rule)
+    ops.enable_backward(rule=rule)
     x = torch.randn(100, dtype=torch.float64, requires_grad=True)
     y = ops.selu_vectorized(x)
     y.mul_(3)  # the output may change: the backward does not read it
@@ -220,9 +227,9 @@ def test_saves_only_x_as_the_python_rule_does(rule):
 
 
 def test_the_autograd_kernel_is_the_cpp_function():
-    ops.enable_backward()
+    ops.enable_backward(rule="python")
     assert_rule("python")
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     assert_rule("cpp")
     # One kernel for the Autograd alias key serves every device's autograd key, CUDA's included.
     table = torch._C._dispatch_dump_table(ops.qualified("selu_vectorized"))
@@ -233,9 +240,11 @@ def test_the_autograd_kernel_is_the_cpp_function():
 
 def test_switching_back_and_forth_leaves_the_rule_the_query_says():
     x = torch.randn(8, requires_grad=True)
+    chosen = "cpp"
     for rule in ("python", "cpp", "cpp", "refuses", "cpp", "python", "refuses", "python", "cpp"):
         set_rule(rule)
-        assert_rule(rule)  # and one Autograd kernel: none was registered over another
+        chosen = chosen if rule == "refuses" else rule  # refusing keeps the rule's kernel, and refuses in it
+        assert_rule(rule, in_cpp=chosen == "cpp")  # and one Autograd kernel: none was registered over another
         assert ops.autograd_rule("selu_naive") == ("refuses" if rule == "refuses" else "python")
         assert ops.autograd_rule("mistake_int32_count") == "refuses"
         if rule == "refuses":
@@ -247,22 +256,51 @@ def test_switching_back_and_forth_leaves_the_rule_the_query_says():
 
 
 def test_its_library_stays_loaded_while_a_graph_node_of_it_is_alive():
-    ops.enable_cpp_backward()
+    ops.enable_backward(rule="cpp")
     library = build.loaded_library("selu_autograd.cpp")
     x = torch.randn(8, requires_grad=True)
     y = ops.selu_vectorized(x)
     assert build.objects_alive(library) == 1
     with pytest.raises(build.BuildError, match=r"cannot be unloaded yet: 1 autograd graph node.*del y"):
-        ops.enable_backward()
+        ops.enable_backward(rule="python")
     assert_rule("cpp")  # nothing changed
     y.sum().backward()  # and the graph still runs
     del y
     assert build.objects_alive(library) == 0
-    ops.enable_backward()
+    ops.enable_backward(rule="python")
     assert_rule("python")
     assert build.loaded_library("selu_autograd.cpp") is None
 
 
 def test_an_unknown_rule_is_refused():
     with pytest.raises(ValueError, match="rule must be one of 'python', 'cpp', not 'c'"):
-        ops.set_autograd_rule("c")
+        ops.enable_backward(rule="c")
+
+
+def test_a_fresh_load_puts_the_fast_path_in_place():
+    """What a learner gets from ``build.load("selu_vectorized")``: the C++ rule, refusing a gradient
+    until ``enable_backward()`` (then differentiating), and the C++ entry; in a process of its own."""
+    script = textwrap.dedent("""
+        import re, torch
+        from helpers import build, ops
+        build.load("selu_vectorized", backend="cpu")
+        table = torch._C._dispatch_dump_table("selu_course::selu_vectorized")
+        assert re.search(r"^AutogradCPU: registered at \\S*selu_autograd\\.cpp", table, re.MULTILINE), table
+        assert ops.uses_cpp_entry() and ops.autograd_rule("selu_vectorized") == "refuses"
+        x = torch.randn(8, requires_grad=True)
+        try:
+            ops.selu_vectorized(x)
+            raise SystemExit("no refusal")
+        except RuntimeError as error:
+            assert "selu_course::selu_vectorized has no backward yet" in str(error), error
+        assert torch.equal(ops.selu_vectorized(x.detach()), torch.selu(x.detach()))
+        build.load("selu_backward", backend="cpu")
+        ops.enable_backward()
+        assert ops.autograd_rule("selu_vectorized") == "cpp" and ops.autograd_rule("selu_naive") == "python"
+        (grad,) = torch.autograd.grad(ops.selu_vectorized(x).sum(), x)
+        assert torch.equal(grad, ops.selu_backward(torch.ones_like(x), x.detach()))
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=env.REPO_ROOT,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.stdout.strip().endswith("ok"), done.stdout + done.stderr

@@ -36,7 +36,7 @@ def entry_and_rule():
     yield
     gc.collect()
     ops.use_cpp_entry(before_entry)
-    ops.disable_backward() if before_rule == "refuses" else ops.set_autograd_rule(before_rule)
+    ops.disable_backward() if before_rule == "refuses" else ops.enable_backward(rule=before_rule)
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_off_means_torch_ops(entry_calls):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rule", ops.AUTOGRAD_RULES)
 def test_gradients_flow_through_the_entry_under_either_rule(rule, device, entry_calls):
-    ops.set_autograd_rule(rule)
+    ops.enable_backward(rule=rule)
     x = torch.randn(1031, dtype=torch.float64, device=device) * 4
     grad = torch.randn_like(x)
     leaf = x.clone().requires_grad_()
@@ -92,7 +92,7 @@ def test_the_refusing_rule_still_refuses_through_the_entry(entry_calls):
 
 
 def test_compiled_code_calls_torch_ops_with_no_graph_break(entry_calls):
-    ops.set_autograd_rule("cpp")
+    ops.enable_backward(rule="cpp")
     torch._dynamo.reset()
     compiled = torch.compile(lambda t: ops.selu_vectorized(t) * 2, fullgraph=True, backend="aot_eager")
     x = torch.randn(257)

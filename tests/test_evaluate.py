@@ -48,10 +48,10 @@ def test_every_cpu_cheat_is_caught_by_name(name):
 
 
 def test_the_naive_judge_passes_what_the_judge_catches():
-    for name in ("scale_only", "size_gated", "call_gated", "partial", "patches_timer", "patched_sync"):
-        correct, _ = gallery.naive_judge(CHEATS[name].path, device="cpu", numel=2**20, trials=2, reps=2)
-        assert correct, name
-    assert not gallery.naive_judge(CHEATS["zeros"].path, device="cpu", numel=4096, trials=1, reps=1)[0]
+    for name in ("scale_only", "size_gated", "call_gated", "partial", "patches_timer", "patched_sync", "timing_gated"):
+        naive = gallery.naive_judge(CHEATS[name].path, device="cpu", numel=2**20, trials=2, reps=2)
+        assert naive.correct and naive.numel == 2**20, name
+    assert not gallery.naive_judge(CHEATS["zeros"].path, device="cpu", numel=4096, trials=1, reps=1).correct
     assert evaluate.evaluate(str(CHEATS["scale_only"].path), device="cpu", timed=False, trials=1).names() == [
         evaluate.WRONG_VALUES]
 
@@ -143,7 +143,7 @@ def test_timed_rows_take_turns_beside_the_copy():
 def test_every_cheat_is_caught_by_name_on_the_gpu(name):
     cheat = CHEATS[name]
     # 2^28 elements: work left on another stream keeps the device busy well past STREAM_BUSY_MS
-    verdict = evaluate.evaluate(str(cheat.path), device="cuda", trials=1, numel=2**28, timed=False)
+    verdict = evaluate.evaluate(str(cheat.path), device="cuda", trials=1, numel=2**28, timed=cheat.timed)
     assert cheat.finding in verdict.names(), str(verdict)
 
 
@@ -156,3 +156,21 @@ def test_honest_answers_pass_on_the_gpu(dtype):
     # other finding is about what the answers computed, timed calls included.
     flagged = {name: [n for n in v.names() if n != evaluate.TOO_FAST] for name, v in verdicts.items()}
     assert not any(flagged.values()), "\n".join(v._repr_markdown_() for v in verdicts.values())
+
+
+def test_the_comparison_forgives_ulps_and_nothing_else():
+    """The comparison's fast path (every element finite and within its ulps) passes no result
+    that the element-by-element check would fail. (Near 0 an absolute error of 2 eps is forgiven,
+    sign of zero included: Inductor's SELU computes exp(x) - 1.)"""
+    x = torch.linspace(-3, 3, 4099)
+    expected = check.selu_reference(x).float()
+    within = expected.view(torch.int32).add(check.MAX_ULP[torch.float32]).view(torch.float32)
+    assert evaluate._compare("within", x, within, identity=False) is None
+    beyond = expected.view(torch.int32).add(check.MAX_ULP[torch.float32] + 1).view(torch.float32)
+    assert not evaluate._compare("beyond", x, beyond, identity=False).passed
+    for problem, where, value in (("the wrong sign", 2, -1.0), ("inf for the largest float", 1, float("inf")),
+                                  ("NaN for a number", 2, float("nan"))):
+        x_edge = torch.tensor([0.0, torch.finfo(torch.float32).max / check.SELU_SCALE, 1.0])
+        got = check.selu_reference(x_edge).float()
+        got[where] = value
+        assert not evaluate._compare(problem, x_edge, got, identity=False).passed, problem
