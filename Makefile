@@ -35,8 +35,11 @@ lab: $(STAMP)
 	  $(if $(filter no,$(BROWSER)),--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Unit tests plus every notebook executed by nbmake. Records and figures that the
-# notebooks write go to a scratch folder, so a test run never edits results/.
+# notebooks write go to a scratch folder, so a test run never edits results/. The kernel
+# libraries are built first, all at once: otherwise both test processes stop to build the
+# same library (the fast path that build.load("selu_vectorized") loads), one waiting on the other.
 test: $(STAMP)
+	$(PY) -m helpers.reproduce --kernels-only
 	HELPERS_RESULTS_DIR=.build/test-results $(PY) -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -n 2 --dist loadfile
 
 reproduce: $(STAMP)

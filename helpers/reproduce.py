@@ -271,7 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=OUTPUT_DIR,
                         help="folder that receives <device>/ with the executed copies and results (default: reproduced)")
     parser.add_argument("--no-prebuild", action="store_true", help="leave the kernel builds to the notebooks")
+    parser.add_argument("--kernels-only", action="store_true",
+                        help="build every kernel library at once and stop (make test, before its test processes)")
     args = parser.parse_args(argv)
+    if args.kernels_only:
+        return 1 if prebuild(progress=True) else 0
 
     output_dir = args.output.resolve()
     root = output_root(output_dir=output_dir)

@@ -80,6 +80,16 @@ def test_prebuild_builds_every_library(monkeypatch):
     assert all(int(jobs) >= 2 for _, jobs in started)
 
 
+def test_kernels_only_builds_the_libraries_and_runs_no_notebook(monkeypatch):
+    asked = []
+    monkeypatch.setattr(reproduce, "prebuild", lambda *paths, **options: asked.append((paths, options)) or {})
+    monkeypatch.setattr(reproduce, "execute", lambda *args, **kwargs: pytest.fail("a notebook ran"))
+    assert reproduce.main(["--kernels-only"]) == 0
+    assert asked == [((), {"progress": True})]  # no notebook's build cells: every kernel library
+    monkeypatch.setattr(reproduce, "prebuild", lambda *paths, **options: {"mistakes": "RuntimeError: ..."})
+    assert reproduce.main(["--kernels-only"]) == 1
+
+
 def test_prebuild_says_what_it_builds_and_when_each_ends(monkeypatch, capsys):
     class Process:
         def __init__(self, command, **options):
