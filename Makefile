@@ -37,10 +37,12 @@ lab: $(STAMP)
 # Unit tests plus every notebook executed by nbmake. Records and figures that the
 # notebooks write go to a scratch folder, so a test run never edits results/. The kernel
 # libraries are built first, all at once: otherwise both test processes stop to build the
-# same library (the fast path that build.load("selu_vectorized") loads), one waiting on the other.
+# same library (the fast path that build.load("selu_vectorized") loads), one waiting on the
+# other. The notebooks' build_ahead then does nothing: each build cell compiles in its own
+# cell, once, instead of also in a process of its own beforehand.
 test: $(STAMP)
 	$(PY) -m helpers.reproduce --kernels-only
-	HELPERS_RESULTS_DIR=.build/test-results $(PY) -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -n 2 --dist loadfile
+	HELPERS_PREBUILT=1 HELPERS_RESULTS_DIR=.build/test-results $(PY) -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -n 2 --dist loadfile
 
 reproduce: $(STAMP)
 	$(PY) -m helpers.reproduce
