@@ -117,7 +117,9 @@ def build_cell_jobs(notebook: Path) -> dict:
 
 
 ENTRY = "entry"  # prebuild's name for the C++ entry (helpers.build.load_entry)
-PREBUILT_ENV_VAR = "HELPERS_PREBUILT"  # set by make reproduce, which builds everything before the notebooks
+# Set by make reproduce, which builds everything before the notebooks, and by make test, which builds
+# the kernel libraries first and leaves each notebook's build cells to compile in their cells.
+PREBUILT_ENV_VAR = "HELPERS_PREBUILT"
 
 
 def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
