@@ -141,9 +141,11 @@ def autograd_rule(name: str) -> str:
 def use_fast_path(kernel: str) -> None:
     """After ``build.load`` of selu_vectorized: the C++ rule (refusing until :func:`enable_backward`) and
     the C++ entry, unless chosen otherwise; a call then costs what torch's own cost (notebook 05)."""
-    if kernel == "selu_vectorized" and _cpp_rules is None and _rule == "cpp":
+    if kernel != "selu_vectorized":
+        return
+    if _cpp_rules is None and _rule == "cpp":
         _install_rules(differentiate=schemas.backward_enabled, rule="cpp")
-    if kernel == "selu_vectorized" and _use_entry and _cpp_entry is None:
+    if _use_entry and _cpp_entry is None:
         use_cpp_entry()
 
 
