@@ -3,20 +3,14 @@
     python -m helpers.reproduce                # all notebooks
     python -m helpers.reproduce 01 03          # the notebooks whose names start so
 
-Executed copies go to ``reproduced/<device>/notebooks/``, and the records and
-figures they write to ``reproduced/<device>/`` (``benchmarks.json``, ``figures/``),
-laid out as ``results/<device>/`` is, so the two compare file by file. The
-notebooks in ``notebooks/`` are never written to.
-
-Before the notebooks, everything they compile is built at once, each build in a process
-of its own, so that the builds share the machine's cores instead of waiting for each
-other inside the notebooks (``--no-prebuild`` leaves them to the notebooks): every
-kernel library, and every notebook cell tagged ``build`` (notebook 02's ``load_inline``
-extensions and PTX listings), run after the cells tagged ``sources`` that it needs.
-Both land in caches (``.build/``) that the notebooks then find. At the end it writes
-``reproduced/<device>/report.md``: how long each notebook took and its slowest cells,
-where everything is, this run's report beside the committed ones (notebook 06), and,
-without a GPU, which of the committed GPU tables this machine could not measure.
+Executed copies go to ``reproduced/<device>/notebooks/``, and the records and figures they
+write to ``reproduced/<device>/``, laid out as ``results/<device>/``; ``notebooks/`` is never
+written to. Everything the notebooks compile is built at once, each build in a process of its
+own (``--no-prebuild`` leaves them to the notebooks): every kernel library, before the first
+notebook, and every notebook cell tagged ``build``, after the cells tagged ``sources`` that it
+needs, niced, beside the first notebooks; each notebook waits for its own. All land in caches
+(``.build/``) that the notebooks then find. At the end it writes ``reproduced/<device>/report.md``:
+how long each notebook took and its slowest cells, and what this machine measured.
 """
 from __future__ import annotations
 
@@ -122,27 +116,27 @@ ENTRY = "entry"  # prebuild's name for the C++ entry (helpers.build.load_entry)
 PREBUILT_ENV_VAR = "HELPERS_PREBUILT"
 
 
-def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
-             done_after_s: dict[str, float] | None = None, progress: bool = False) -> dict[str, str]:
-    """Build ``kernels`` (names of helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`;
-    by default every kernel library), and run the build cells of ``notebook_paths``
-    (:func:`build_cell_jobs`), each in a process of its own, all at once; returns the ones
-    that failed, each with the last line its process wrote to stderr (a notebook that needs
-    one then reports the whole message). ``done_after_s``, if given, receives the seconds
-    after which each one was done (a library that is tuned on a GPU, its tuning included)."""
-    from . import build
+class Builds:
+    """Builds running at once, each in a process of its own: ``kernels`` (names of
+    helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`; by default every kernel
+    library) and the build cells of ``notebook_paths`` (:func:`build_cell_jobs`). The cells'
+    processes run at ``cell_niceness``, so that a notebook started beside them keeps its core."""
 
-    libraries = (*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY)
-    kernels = libraries if kernels is None else kernels
-    unknown = sorted(set(kernels) - set(libraries))
-    if unknown:
-        raise ValueError(f"no kernel library named {unknown}; the libraries are {', '.join(libraries)}")
-    scripts = {kernel: f"from helpers import build; build.load({kernel!r})" for kernel in kernels if kernel != ENTRY}
-    if ENTRY in kernels:
-        scripts[ENTRY] = "from helpers import build; build.load_entry()"
-    with tempfile.TemporaryDirectory(prefix="prebuild-") as scratch:
+    def __init__(self, notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
+                 progress: bool = False, cell_niceness: int = 0):
         import nbformat
 
+        from . import build
+
+        libraries = (*build.KERNELS, *build.AUTOGRAD_KERNELS, ENTRY)
+        kernels = libraries if kernels is None else kernels
+        if unknown := sorted(set(kernels) - set(libraries)):
+            raise ValueError(f"no kernel library named {unknown}; the libraries are {', '.join(libraries)}")
+        scripts = {kernel: "from helpers import build; " + ("build.load_entry()" if kernel == ENTRY else
+                                                             f"build.load({kernel!r})") for kernel in kernels}
+        self.libraries, self.cells = tuple(scripts), {}  # cells: notebook stem -> the labels of its build cells
+        self._scratch = tempfile.TemporaryDirectory(prefix="prebuild-")  # removed with this object
+        scratch = self._scratch.name
         for notebook in notebook_paths:
             for label, job in build_cell_jobs(notebook).items():
                 path = Path(scratch) / f"{len(scripts)}.ipynb"
@@ -150,35 +144,53 @@ def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = 
                 scripts[label] = (f"from pathlib import Path; from helpers.reproduce import execute; "
                                   f"execute(Path({str(path)!r}), Path({str(path)!r}), timeout_s=1200, "
                                   f"working_dir=Path({str(notebook.parent)!r}))")
+                self.cells[notebook.stem] = (*self.cells.get(notebook.stem, ()), label)
         environment = dict(os.environ)
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(env.REPO_ROOT), environment.get("PYTHONPATH")]))
         # Each build runs ninja with this many jobs; together they fill the machine about once
         # (at least 2: an inline extension compiles its C++ and its CUDA file side by side).
         environment["MAX_JOBS"] = str(max(2, (os.cpu_count() or 2) // len(scripts)))
-        running, started = {}, time.perf_counter()
+        self.progress, self.started, self.failed, self.done_after_s = progress, time.perf_counter(), {}, {}
         if progress:  # a cold build takes a minute or more: say what is being built, then each as it ends
             print(f"building {len(scripts)} at once: {', '.join(scripts)}", flush=True)
+        self._running = {}
         for number, (label, script) in enumerate(scripts.items()):
+            niceness = cell_niceness if label not in self.libraries else 0
             # stderr to a file, not a pipe: a full pipe would stall a build until it is read.
             with open(Path(scratch) / f"{number}.stderr", "w") as stderr:
-                running[label] = (subprocess.Popen([sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment,
-                                                   stdout=subprocess.DEVNULL, stderr=stderr), stderr.name)
-        failed, done = {}, {}
-        while len(done) < len(running):
-            for label, (process, stderr) in running.items():
-                if label in done or process.poll() is None:
+                self._running[label] = (subprocess.Popen(
+                    [sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment, stdout=subprocess.DEVNULL,
+                    stderr=stderr, **({"preexec_fn": lambda n=niceness: os.nice(n)} if niceness else {})), stderr.name)
+
+    def wait(self, labels: tuple[str, ...] | None = None) -> dict[str, str]:
+        """Wait for ``labels`` (by default every build); returns those that failed, each with the last
+        line its process wrote to stderr (a notebook that needs one then reports the whole message)."""
+        labels = tuple(self._running) if labels is None else labels
+        while any(label not in self.done_after_s for label in labels):
+            for label in labels:
+                process, stderr = self._running[label]
+                if label in self.done_after_s or process.poll() is None:
                     continue
-                done[label] = time.perf_counter() - started
-                if progress:
-                    print(f"  {label}: {'built' if process.returncode == 0 else 'FAILED'} after {done[label]:.0f} s",
-                          flush=True)
+                self.done_after_s[label] = time.perf_counter() - self.started
+                if self.progress:
+                    print(f"  {label}: {'built' if process.returncode == 0 else 'FAILED'} after "
+                          f"{self.done_after_s[label]:.0f} s", flush=True)
                 if process.returncode != 0:
                     lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
-                    failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
+                    self.failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
             time.sleep(0.1)
-        if done_after_s is not None:
-            done_after_s.update(done)
-        return failed
+        return {label: why for label, why in self.failed.items() if label in labels}
+
+
+def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
+             done_after_s: dict[str, float] | None = None, progress: bool = False) -> dict[str, str]:
+    """Run :class:`Builds` of ``kernels`` and the build cells of ``notebook_paths`` to the end; returns
+    the ones that failed. ``done_after_s``, if given, receives the seconds after which each one was done."""
+    builds = Builds(notebook_paths, kernels, progress)
+    failed = builds.wait()
+    if done_after_s is not None:
+        done_after_s.update(builds.done_after_s)
+    return failed
 
 
 def build_ahead(notebook: str, kernels: tuple[str, ...] = ()) -> str:
@@ -250,7 +262,7 @@ def write_summary(root: Path, slug: str, timings: dict[str, float | None], start
              f"{len(timings)} notebook{'s' if len(timings) != 1 else ''} in {total / 60:.1f} min, builds included.", "",
              "| step | seconds | slowest cells (index: seconds) |", "|---|---:|---|"]
     if prebuild_s is not None:
-        lines.append(f"| builds, all at once | {prebuild_s:.0f} | |")
+        lines.append(f"| kernel libraries, all at once (the build cells go on beside the notebooks) | {prebuild_s:.0f} | |")
     for name, seconds in timings.items():
         executed = root / "notebooks" / f"{name}.ipynb"
         cells = ", ".join(f"{i}: {s:.0f}" for i, s in slowest_cells(executed)) if executed.exists() else ""
@@ -265,6 +277,11 @@ def write_summary(root: Path, slug: str, timings: dict[str, float | None], start
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     return path
+
+
+def _failures(failed: dict[str, str]) -> str:
+    return (f"; failed: {'; '.join(f'{label} ({why[-300:]})' for label, why in failed.items())} "
+            "(the notebooks that need them will say more)" if failed else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,19 +305,23 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[env.HEADLESS_ENV_VAR] = "1"
     started = time.perf_counter()
     chosen = notebooks(args.prefixes)
-    prebuild_s = None
+    prebuild_s, builds = None, None
     if not args.no_prebuild:
-        failed = prebuild(chosen, progress=True)
+        # The libraries first; the notebooks' build cells go on, niced, beside the first notebooks,
+        # and each notebook waits for its own.
+        builds = Builds(chosen, progress=True, cell_niceness=10)
+        failed = builds.wait(builds.libraries)
         prebuild_s = time.perf_counter() - started
         os.environ[PREBUILT_ENV_VAR] = "1"  # the notebooks' own build_ahead cells have nothing left to do
-        print(f"kernels and build cells built in {prebuild_s:.0f} s"
-              + (f"; failed: {'; '.join(f'{label} ({why[-300:]})' for label, why in failed.items())} "
-                 "(the notebooks that need them will say more)" if failed else ""),
-              flush=True)
+        print(f"kernel libraries built in {prebuild_s:.0f} s" + _failures(failed), flush=True)
     failures = 0
     timings: dict[str, float | None] = {}
     for notebook in chosen:
         target = root / "notebooks" / notebook.name
+        if builds is not None and builds.cells.get(notebook.stem):
+            failed = builds.wait(builds.cells[notebook.stem])
+            last_s = max(builds.done_after_s[label] for label in builds.cells[notebook.stem])
+            print(f"{notebook.name}: its build cells done after {last_s:.0f} s" + _failures(failed), flush=True)
         print(f"{notebook.name} ...", flush=True)
         try:
             seconds = execute(notebook, target)

@@ -77,7 +77,7 @@ void count_node(AutogradContext* ctx) {
 // The backward needs x alone, as the Python rule saves it: not the output, and no
 // gradient for the launch configuration's ints. With create_graph=True (grad mode on
 // in here) it calls selu_backward through the dispatcher from the top, so the gradient
-// of this gradient goes through selu_backward's own autograd rule (helpers/ops.py), as
+// of this gradient goes through selu_backward's own autograd rule (helpers/schemas.py), as
 // it does from Python. Otherwise it calls below the Autograd key: that rule is a Python
 // function, which would run on every backward for nothing to record, and take the GIL
 // from autograd's thread to do it.

@@ -100,7 +100,7 @@ at::Tensor copy_vectorized(const at::Tensor& x) {
 
 }  // namespace
 
-// The schemas are defined once, in helpers/ops.py; a kernel registered here
+// The schemas are defined once, in helpers/schemas.py; a kernel registered here
 // whose C++ signature does not match its schema is refused when it loads.
 // region: registration
 TORCH_LIBRARY_IMPL(selu_course, CPU, m) {

@@ -24,7 +24,7 @@ namespace {
 // region: entry
 at::Tensor selu_vectorized(const at::Tensor& x) {
   // Found once in the dispatcher by name. The schema is defined in Python
-  // (helpers/ops.py) before this module loads, and stays for the life of the process.
+  // (helpers/schemas.py) before this module loads, and stays for the life of the process.
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("selu_course::selu_vectorized", "")
                              .typed<at::Tensor(const at::Tensor&)>();

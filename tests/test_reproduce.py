@@ -80,6 +80,43 @@ def test_prebuild_builds_every_library(monkeypatch):
     assert all(int(jobs) >= 2 for _, jobs in started)
 
 
+def test_libraries_come_first_and_each_notebook_waits_for_its_own_build_cells(tmp_path, monkeypatch):
+    running = {}  # script -> polls left before it ends
+
+    class Process:
+        def __init__(self, command, **options):
+            self.script, self.returncode = command[-1], None
+            self.niced = "preexec_fn" in options
+            running[self.script] = self
+            self.polls_left = 30 if "execute(" in self.script else 2  # the cells end long after the libraries
+
+        def poll(self):
+            self.polls_left -= 1
+            if self.polls_left < 0:
+                self.returncode = 0
+            return self.returncode
+
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
+    monkeypatch.setattr(reproduce.time, "sleep", lambda s: None)
+    monkeypatch.setattr(env, "device_slug", lambda device=None: "probe")
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", os.environ.get("HELPERS_RESULTS_DIR", ""))
+    monkeypatch.setenv(env.HEADLESS_ENV_VAR, os.environ.get(env.HEADLESS_ENV_VAR, ""))
+    monkeypatch.setenv(reproduce.PREBUILT_ENV_VAR, os.environ.get(reproduce.PREBUILT_ENV_VAR, ""))
+    seen = {}  # notebook -> (its build cells done, every cell build done) when it started
+
+    def execute(notebook, target, **options):
+        cells = [p for s, p in running.items() if "execute(" in s]
+        libraries = [p for s, p in running.items() if "execute(" not in s]
+        assert all(p.returncode == 0 for p in libraries) and all(p.niced for p in cells)
+        seen[notebook.stem] = [p.returncode == 0 for p in cells]
+        return 0.0
+
+    monkeypatch.setattr(reproduce, "execute", execute)
+    assert reproduce.main(["--output", str(tmp_path / "out"), "00", "02"]) == 0
+    assert not all(seen["00_setup"])  # 00 has no build cells: it started while 02's were building
+    assert all(seen["02_first_cuda_kernel"])
+
+
 def test_kernels_only_builds_the_libraries_and_runs_no_notebook(monkeypatch):
     asked = []
     monkeypatch.setattr(reproduce, "prebuild", lambda *paths, **options: asked.append((paths, options)) or {})
