@@ -167,8 +167,7 @@ class Builds:
         line its process wrote to stderr (a notebook that needs one then reports the whole message)."""
         labels = tuple(self._running) if labels is None else labels
         while any(label not in self.done_after_s for label in labels):
-            for label in labels:
-                process, stderr = self._running[label]
+            for label, (process, stderr) in self._running.items():  # all: each one's time is when it ended
                 if label in self.done_after_s or process.poll() is None:
                     continue
                 self.done_after_s[label] = time.perf_counter() - self.started
