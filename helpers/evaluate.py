@@ -459,26 +459,28 @@ def evaluate(answers, *, dtype: torch.dtype = torch.float32, device=None, numel:
 
 # region: turns
 def _time_in_turns(judge: _Judge, answers: dict[str, _Answer], rounds: int) -> None:
-    """Each answer's flushed and back-to-back calls, round after round; then the speed flags."""
+    """Each answer's flushed and back-to-back calls, round after round; then the speed flags. The copy
+    opens each round and closes it with a second back-to-back run: no flag rests on one run of the copy."""
+    def turn(answer: _Answer, flushed_reps: int) -> None:
+        start = _clock()
+        if answer.alive and not answer.wrong_before:  # untimed, verified: its allocator holds again the two
+            judge.timed(answer, 2)  # outputs a back-to-back run alternates between (the last turn freed them)
+        for _ in range(flushed_reps):
+            if answer.alive and not answer.wrong_before and (ms := judge.timed(answer, 1)) is not None:
+                answer.verdict.flushed_ms.append(ms)
+        calls = BACK_TO_BACK[0] + int(torch.randint(BACK_TO_BACK[1] - BACK_TO_BACK[0], (), generator=judge.generator))
+        if answer.alive and not answer.wrong_before and (ms := judge.timed(answer, calls)) is not None:
+            answer.verdict.back_to_back_ms.append(ms)
+        answer.ask_raw("forget", True)  # its turn is over: its cached memory back to the device
+        answer.verdict.seconds += _clock() - start
+
     for _ in range(rounds):
-        for answer in answers.values():
-            start = _clock()
-            if answer.alive and not answer.wrong_before:
-                # Untimed, verified: two calls back to back, so that its allocator holds again the two
-                # outputs a back-to-back run alternates between (the last turn gave its memory back).
-                judge.timed(answer, 2)
-            for _ in range(REPS):
-                if answer.alive and not answer.wrong_before and (ms := judge.timed(answer, 1)) is not None:
-                    answer.verdict.flushed_ms.append(ms)
-            calls = BACK_TO_BACK[0] + int(torch.randint(BACK_TO_BACK[1] - BACK_TO_BACK[0], (), generator=judge.generator))
-            if answer.alive and not answer.wrong_before and (ms := judge.timed(answer, calls)) is not None:
-                answer.verdict.back_to_back_ms.append(ms)
-            answer.ask_raw("forget", True)  # its turn is over: its cached memory back to the device
-            answer.verdict.seconds += _clock() - start
+        for answer, reps in (*((a, REPS) for a in answers.values()), (answers[COPY_ROW], 0)):
+            turn(answer, reps)
     copy = answers[COPY_ROW].verdict
     if not copy.flushed_ms or judge.device.type != "cuda":  # a CPU's times only stand in for a GPU's
         return
-    # The copy's fast end under each timer: back to back, its fastest run (one per round).
+    # The copy's fast end under each timer: back to back, its fastest run (two per round).
     copy_fast = {"flushed": float(np.quantile(copy.flushed_ms, 0.2)),
                  "back to back": min(copy.back_to_back_ms, default=0.0)}
     gbps = env.DATASHEET_BANDWIDTH_GBPS.get(bench.device_name(judge.device))
@@ -495,15 +497,15 @@ def _time_in_turns(judge: _Judge, answers: dict[str, _Answer], rounds: int) -> N
 
 def speed_table(verdicts: dict[str, Verdict]) -> dict:
     """The timed rows of one :func:`evaluate` as a record: medians, p20-p80, and ratios to the copy."""
-    copy = verdicts[COPY_ROW]
-    copy_median = float(np.median(copy.flushed_ms)) if copy.flushed_ms else math.nan
+    copy_median = float(np.median(verdicts[COPY_ROW].flushed_ms)) if verdicts[COPY_ROW].flushed_ms else math.nan
     rows = []
     for name, v in verdicts.items():
         q = np.quantile(v.flushed_ms, [0.5, 0.2, 0.8]) if v.flushed_ms else [math.nan] * 3
         back = float(np.median(v.back_to_back_ms)) if v.back_to_back_ms else math.nan
         rows.append({"answer": name, "findings": v.names(), "median_ms": float(q[0]), "q20_ms": float(q[1]),
                      "q80_ms": float(q[2]), "back_to_back_ms": back, "x_copy": float(q[0]) / copy_median,
-                     "seconds": v.seconds, "calls": v.calls})
+                     "fastest_back_to_back_ms": min(v.back_to_back_ms, default=math.nan), "seconds": v.seconds,
+                     "calls": v.calls})
     any_verdict = next(iter(verdicts.values()))
     return {"device": bench.device_name(any_verdict.device), "device_slug": env.device_slug(any_verdict.device),
             "torch": torch.__version__, "dtype": bench.dtype_name(any_verdict.dtype), "numel": any_verdict.numel,

@@ -133,6 +133,8 @@ def test_timed_rows_take_turns_beside_the_copy():
     rounds = 1  # on a CPU
     assert len(verdicts["torch.selu"].flushed_ms) == rounds * evaluate.REPS
     assert len(verdicts["torch.selu"].back_to_back_ms) == rounds
+    # the copy, the yardstick of "faster than a copy", runs back to back at both ends of each round
+    assert len(verdicts[evaluate.COPY_ROW].back_to_back_ms) == 2 * rounds
     assert verdicts["cached"].flushed_ms == []  # wrong before timing: never timed
     table = evaluate.speed_table(verdicts)
     assert [r["answer"] for r in table["rows"]] == list(verdicts) and table["rows"][0]["x_copy"] == 1.0
