@@ -51,9 +51,9 @@ unsigned int grid_for(int64_t blocks_needed) {
   return static_cast<unsigned int>(std::max<int64_t>(1, std::min(blocks_needed, kMaxBlocks)));
 }
 
-// grad, saved and grad_in: dense tensors of one layout (elementwise.h). The
-// forward's default: one vector per thread for 4- and 8-byte types, four for the
-// 2-byte ones.
+// grad, saved and grad_in: dense tensors of one layout (elementwise.h). A fixed
+// launch, not the forward's tuned one: kThreadsPerBlock threads, one vector per
+// thread for 4- and 8-byte types, four for the 2-byte ones.
 template <typename T, typename Op>
 void launch_backward(const T* grad, const T* saved, T* grad_in, int64_t numel, Op op, cudaStream_t stream) {
   if (!is_element_aligned(grad) || !is_element_aligned(saved) || !is_element_aligned(grad_in)) {
