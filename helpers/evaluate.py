@@ -1,11 +1,10 @@
 """The course's judge of a KernelBench-style answer to the SELU problem (notebook 06, appendix A6).
 ``evaluate("answers/course.py")``, or ``evaluate({"mine": "mine.py", ...})``: timed in turns beside a copy.
 
-An answer is a Python file that defines ``ModelNew`` (``x -> selu(x)``), as KernelBench takes it.
-It runs in a process of its own (:mod:`helpers.answer_worker`). This process, the judge, draws
-every input from a seed the answer never sees, into memory both processes share; it holds the
-clock, the float64 reference and the comparison. An answer can replace any function in its own
-process and none here.
+An answer is a Python file that defines ``ModelNew`` (``x -> selu(x)``), as KernelBench takes it. It runs
+in a process of its own (:mod:`helpers.answer_worker`). This process, the judge, draws every input from a
+seed the answer never sees, into memory both processes share; it holds the clock, the float64 reference
+and the comparison. An answer can replace any function in its own process and none here.
 
 The checks, in order: small inputs of both signs, special values, odd shapes and views, each
 called twice (``trials`` rounds of fresh ones, then :data:`USE_CALLS` more, as a benchmark's
@@ -475,8 +474,9 @@ def _time_in_turns(judge: _Judge, answers: dict[str, _Answer], rounds: int) -> N
         answer.verdict.seconds += _clock() - start
 
     for _ in range(rounds):
-        for answer, reps in (*((a, REPS) for a in answers.values()), (answers[COPY_ROW], 0)):
-            turn(answer, reps)
+        for answer in answers.values():  # the copy first: it opens the round
+            turn(answer, REPS)
+        turn(answers[COPY_ROW], 0)  # and closes it, back to back only
     copy = answers[COPY_ROW].verdict
     if not copy.flushed_ms or judge.device.type != "cuda":  # a CPU's times only stand in for a GPU's
         return

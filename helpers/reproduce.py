@@ -6,10 +6,10 @@
 Executed copies go to ``reproduced/<device>/notebooks/``, and the records and figures they
 write to ``reproduced/<device>/``, laid out as ``results/<device>/``; ``notebooks/`` is never
 written to. Everything the notebooks compile is built at once, each build in a process of its
-own (``--no-prebuild`` leaves them to the notebooks): every kernel library, before the first
-notebook, and every notebook cell tagged ``build``, after the cells tagged ``sources`` that it
-needs, niced, beside the first notebooks; each notebook waits for its own. All land in caches
-(``.build/``) that the notebooks then find. At the end it writes ``reproduced/<device>/report.md``:
+own (``--no-prebuild`` leaves them to the notebooks), niced, beside the first notebooks: every
+kernel library (a notebook that loads one still building waits for it: torch's build lock), and
+every notebook cell tagged ``build``, after the cells tagged ``sources`` that it needs (each
+notebook waits for its own). All land in caches (``.build/``) that the notebooks then find. At the end it writes ``reproduced/<device>/report.md``:
 how long each notebook took and its slowest cells, and what this machine measured.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -119,11 +120,11 @@ PREBUILT_ENV_VAR = "HELPERS_PREBUILT"
 class Builds:
     """Builds running at once, each in a process of its own: ``kernels`` (names of
     helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`; by default every kernel
-    library) and the build cells of ``notebook_paths`` (:func:`build_cell_jobs`). The cells'
-    processes run at ``cell_niceness``, so that a notebook started beside them keeps its core."""
+    library) and the build cells of ``notebook_paths`` (:func:`build_cell_jobs`), each process at
+    ``niceness``, so that a notebook started beside them keeps its core."""
 
     def __init__(self, notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
-                 progress: bool = False, cell_niceness: int = 0):
+                 progress: bool = False, niceness: int = 0):
         import nbformat
 
         from . import build
@@ -155,28 +156,32 @@ class Builds:
             print(f"building {len(scripts)} at once: {', '.join(scripts)}", flush=True)
         self._running = {}
         for number, (label, script) in enumerate(scripts.items()):
-            niceness = cell_niceness if label not in self.libraries else 0
             # stderr to a file, not a pipe: a full pipe would stall a build until it is read.
             with open(Path(scratch) / f"{number}.stderr", "w") as stderr:
                 self._running[label] = (subprocess.Popen(
                     [sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment, stdout=subprocess.DEVNULL,
-                    stderr=stderr, **({"preexec_fn": lambda n=niceness: os.nice(n)} if niceness else {})), stderr.name)
+                    stderr=stderr, **({"preexec_fn": lambda: os.nice(niceness)} if niceness else {})), stderr.name)
+        threading.Thread(target=self._watch, daemon=True).start()  # each one timed and said as it ends
+
+    def _watch(self) -> None:
+        while len(self.done_after_s) < len(self._running):
+            for label, (process, stderr) in self._running.items():
+                if label in self.done_after_s or process.poll() is None:
+                    continue
+                if process.returncode != 0:
+                    lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
+                    self.failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
+                self.done_after_s[label] = time.perf_counter() - self.started
+                if self.progress:
+                    print(f"  {label}: {'FAILED' if label in self.failed else 'built'} after {self.done_after_s[label]:.0f} s"
+                          + (f" ({self.failed[label][-300:]})" if label in self.failed else ""), flush=True)
+            time.sleep(0.1)
 
     def wait(self, labels: tuple[str, ...] | None = None) -> dict[str, str]:
         """Wait for ``labels`` (by default every build); returns those that failed, each with the last
         line its process wrote to stderr (a notebook that needs one then reports the whole message)."""
         labels = tuple(self._running) if labels is None else labels
         while any(label not in self.done_after_s for label in labels):
-            for label, (process, stderr) in self._running.items():  # all: each one's time is when it ended
-                if label in self.done_after_s or process.poll() is None:
-                    continue
-                self.done_after_s[label] = time.perf_counter() - self.started
-                if self.progress:
-                    print(f"  {label}: {'built' if process.returncode == 0 else 'FAILED'} after "
-                          f"{self.done_after_s[label]:.0f} s", flush=True)
-                if process.returncode != 0:
-                    lines = [line for line in Path(stderr).read_text(errors="replace").splitlines() if line.strip()]
-                    self.failed[label] = lines[-1].strip() if lines else f"exit status {process.returncode}"
             time.sleep(0.1)
         return {label: why for label, why in self.failed.items() if label in labels}
 
@@ -261,7 +266,7 @@ def write_summary(root: Path, slug: str, timings: dict[str, float | None], start
              f"{len(timings)} notebook{'s' if len(timings) != 1 else ''} in {total / 60:.1f} min, builds included.", "",
              "| step | seconds | slowest cells (index: seconds) |", "|---|---:|---|"]
     if prebuild_s is not None:
-        lines.append(f"| kernel libraries, all at once (the build cells go on beside the notebooks) | {prebuild_s:.0f} | |")
+        lines.append(f"| kernel libraries, all at once beside the first notebooks | {prebuild_s:.0f} | |")
     for name, seconds in timings.items():
         executed = root / "notebooks" / f"{name}.ipynb"
         cells = ", ".join(f"{i}: {s:.0f}" for i, s in slowest_cells(executed)) if executed.exists() else ""
@@ -297,24 +302,16 @@ def main(argv: list[str] | None = None) -> int:
 
     output_dir = args.output.resolve()
     root = output_root(output_dir=output_dir)
-    # The kernels started by nbclient inherit these: notebooks write records to
-    # <output>/<device>/ (helpers.results adds the device folder), and draw no
-    # progress bars into the executed copies.
+    # The kernels started by nbclient inherit these: notebooks write records to <output>/<device>/
+    # (helpers.results adds the device folder), and draw no progress bars into the executed copies.
     os.environ["HELPERS_RESULTS_DIR"] = str(output_dir)
     os.environ[env.HEADLESS_ENV_VAR] = "1"
     started = time.perf_counter()
     chosen = notebooks(args.prefixes)
-    prebuild_s, builds = None, None
-    if not args.no_prebuild:
-        # The libraries first; the notebooks' build cells go on, niced, beside the first notebooks,
-        # and each notebook waits for its own.
-        builds = Builds(chosen, progress=True, cell_niceness=10)
-        failed = builds.wait(builds.libraries)
-        prebuild_s = time.perf_counter() - started
-        os.environ[PREBUILT_ENV_VAR] = "1"  # the notebooks' own build_ahead cells have nothing left to do
-        print(f"kernel libraries built in {prebuild_s:.0f} s" + _failures(failed), flush=True)
-    failures = 0
-    timings: dict[str, float | None] = {}
+    prebuild_s, builds = None, None if args.no_prebuild else Builds(chosen, progress=True, niceness=10)
+    if builds is not None:  # the notebooks start beside the builds; their own build_ahead cells have nothing to do
+        os.environ[PREBUILT_ENV_VAR] = "1"
+    failures, timings = 0, {}  # notebook -> seconds, None where it failed
     for notebook in chosen:
         target = root / "notebooks" / notebook.name
         if builds is not None and builds.cells.get(notebook.stem):
@@ -331,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             timings[notebook.stem] = None
             print(f"{notebook.name}: FAILED: {describe_failure(error, target)}", file=sys.stderr, flush=True)
         write_summary(root, root.name, timings, started, prebuild_s)  # after each: a cut-off run keeps its times
+    if builds is not None:  # every build ended (a run of the first notebooks can end sooner): the report says when
+        builds.wait()
+        prebuild_s = max(builds.done_after_s[label] for label in builds.libraries)
     summary = write_summary(root, root.name, timings, started, prebuild_s)
     print(f"done in {(time.perf_counter() - started) / 60:.1f} min; summary: {os.path.relpath(summary, env.REPO_ROOT)}",
           flush=True)

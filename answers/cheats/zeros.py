@@ -1,4 +1,4 @@
-"""The cheapest answer: passes a check whose tolerance is loose where SELU is small."""
+"""The cheapest answer: within a loose tolerance only where SELU is near 0, which torch.rand's inputs are not."""
 import torch
 
 
