@@ -145,7 +145,7 @@ def _bits_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """How many floats of ``a``'s dtype lie between ``a`` and ``b`` rounded to it, as int64: 0 against
+    """How many steps between neighbouring floats of ``a``'s dtype from ``a`` to ``b`` rounded to it, as int64: 0 against
     the float64 reference means correctly rounded. NaN and ±inf get meaningless distances."""
     bits_dtype = _bits_dtype(a.dtype)
     # Keys ordered like the floats: a negative one maps to -magnitude - 1, so -0.0 is one step below
