@@ -300,13 +300,12 @@ def roofline_copy(op: str, x: torch.Tensor) -> Callable[[], object]:
 def measure_repeated(variants, numel: int, *, repeats: int = 3, x: torch.Tensor | None = None,
                      dtype: torch.dtype | str = torch.float32, device=None, settle_runs: int = 0,
                      **options) -> list[dict]:
-    """:func:`measure` ``repeats`` times on one input (``options``: its ``op`` and ``include_copy``),
-    after ``settle_runs`` dropped runs (for work that leaves the GPU busy after it returns).
+    """:func:`measure` ``repeats`` times on one input (``options``: its ``op`` and ``include_copy``), after
+    ``settle_runs`` dropped runs (for work that leaves the GPU busy after it returns).
 
-    The first run's records, so that every ratio comes from one run, each with
-    ``repeat_medians_ms``: a median moves from run to run by more than one run's 20-80% band
-    shows, and a claim that A is not slower than B needs that spread beside it.
-    """
+    The first run's records, so that every ratio comes from one run, each with ``repeat_medians_ms``: a median moves
+    from run to run by more than one run's 20-80% band shows, and a claim that A is not slower than B needs that
+    spread beside it."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     if settle_runs < 0:
@@ -342,13 +341,12 @@ PROBE_CALLS = 10  # per_call_us's first block, which sizes the others
 
 def per_call_us(fn: Callable[[], object], device: torch.device | str | None = None,
                 min_run_time_s: float = 0.1, block_s: float = 0.02) -> float:
-    """Wall-clock µs per call of ``fn()``: the median over blocks of about ``block_s`` seconds of calls
-    back to back (at least three, ``min_run_time_s`` in all), the GPU synchronized only around a block.
+    """Wall-clock µs per call of ``fn()``: the median over blocks of about ``block_s`` seconds of calls back to back
+    (at least three, ``min_run_time_s`` in all), the GPU synchronized only around a block.
 
-    Where the GPU's share of a call is smaller than the host's, this is the host's cost of a call
-    (Python, dispatcher, guards, launch). One short block sizes the others, where ``blocked_autorange``
-    would grow a block tenfold at a time (to half a second for a 45 µs call) and take as long again.
-    """
+    Where the GPU's share of a call is smaller than the host's, this is the host's cost of a call (Python,
+    dispatcher, guards, launch). One short block sizes the others, where ``blocked_autorange`` would grow a block
+    tenfold at a time (to half a second for a 45 µs call) and take as long again."""
     from torch.utils.benchmark import Timer
 
     if not block_s > 0:

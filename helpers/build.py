@@ -379,10 +379,8 @@ REGISTERED_MARK = "registered-in-a-child"
 def _build_and_register_in_a_child(source_name: str, device: str, directory: Path, options: dict) -> None:
     """Build the library and load it once in a child process (once per build: a mark file).
 
-    A registration that fails (a C++ signature that does not match its schema in
-    helpers/schemas.py) throws while the library loads, and the C++ runtime ends the
-    process: that must not be a learner's Jupyter kernel.
-    """
+    A registration that fails (a C++ signature that does not match its schema in helpers/schemas.py) throws while
+    the library loads, and the C++ runtime ends the process: that must not be a learner's Jupyter kernel."""
     mark = directory / REGISTERED_MARK
     if mark.exists():
         return

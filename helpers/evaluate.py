@@ -19,8 +19,10 @@ import contextlib
 import gc
 import importlib.util
 import math
+import multiprocessing.forkserver
 import secrets
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,6 +261,15 @@ class _Answer:
             self.alive = False
 
 
+def start_answer_server():
+    """Start the server that forks each answer's process, in the background (it imports torch once, some
+    seconds), so that a notebook's first evaluation finds it running; returns its multiprocessing context."""
+    context = torch.multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["helpers.answer_worker"])
+    threading.Thread(target=multiprocessing.forkserver.ensure_running, daemon=True).start()
+    return context
+
+
 class _Judge:
     """The buffers both processes share, the secret generator, and the checks of one dtype."""
 
@@ -266,8 +277,7 @@ class _Judge:
         self.dtype, self.device, self.numel = dtype, device, numel
         self.generator = torch.Generator().manual_seed(seed)
         self.device_generator = torch.Generator(device=device).manual_seed(seed + 1)
-        self.context = torch.multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["helpers.answer_worker"])
+        self.context = start_answer_server()
         empty = lambda n: torch.empty(n, dtype=dtype, device=device)  # noqa: E731
         self.buffers = {"small": empty(SMALL_NUMEL), "big": empty(numel), "final": empty(max(numel, SMALL_NUMEL))}
         self.pristine = empty(numel)

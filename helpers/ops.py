@@ -69,15 +69,13 @@ def register_python_rule(name: str, rules: torch.library.Library) -> None:
 
 
 def enable_backward(rule: str | None = None) -> None:
-    """Give every functional forward operator its gradient (:func:`register_python_rule`); the
-    mistakes keep refusing. On the operators kernels/selu_autograd.cpp covers, the same rule in
-    C++ runs unless ``rule="python"``: it computes the same gradient, bit for bit, and costs far
-    less per call (notebook 05). ``rule`` (``"python"`` or ``"cpp"``) stays the choice until
-    changed.
+    """Give every functional forward operator its gradient (:func:`register_python_rule`); the mistakes keep refusing.
+    On the operators kernels/selu_autograd.cpp covers, the same rule in C++ runs unless ``rule="python"``: it
+    computes the same gradient, bit for bit, and costs far less per call (notebook 05). ``rule`` (``"python"`` or
+    ``"cpp"``) stays the choice until changed.
 
-    Needs the backward kernels (``build.load("selu_backward")``): without them this raises,
-    and says so. :func:`disable_backward` restores the refusing rules.
-    """
+    Needs the backward kernels (``build.load("selu_backward")``): without them this raises, and says so.
+    :func:`disable_backward` restores the refusing rules."""
     global _rule
     if rule is not None and rule not in AUTOGRAD_RULES:
         raise ValueError(f"rule must be one of {', '.join(map(repr, AUTOGRAD_RULES))}, not {rule!r}.")
@@ -203,12 +201,11 @@ _use_entry = True  # loaded with selu_vectorized (use_fast_path), unless use_cpp
 
 
 def use_cpp_entry(enabled: bool = True) -> None:
-    """Call :func:`selu_vectorized` through kernels/selu_entry.cpp, a pybind11 binding of the operator
-    (notebook 05; loaded with selu_vectorized), instead of through ``torch.ops``, whose generic binding
-    converts each argument through the schema; ``enabled=False`` goes back. The entry calls the same
-    operator through the dispatcher, autograd rule included; under ``torch.compile``, and for tensor
-    subclasses, :func:`selu_vectorized` calls ``torch.ops``.
-    """
+    """Call :func:`selu_vectorized` through kernels/selu_entry.cpp, a pybind11 binding of the operator (notebook 05;
+    loaded with selu_vectorized), instead of through ``torch.ops``, whose generic binding converts each argument
+    through the schema; ``enabled=False`` goes back. The entry calls the same operator through the dispatcher,
+    autograd rule included; under ``torch.compile``, and for tensor subclasses, :func:`selu_vectorized` calls
+    ``torch.ops``."""
     global _cpp_entry, _use_entry
     _use_entry = enabled
     _cpp_entry = build.load_entry().selu_vectorized if enabled else None

@@ -6,10 +6,10 @@
 Executed copies go to ``reproduced/<device>/notebooks/``, and the records and figures they
 write to ``reproduced/<device>/``, laid out as ``results/<device>/``; ``notebooks/`` is never
 written to. Everything the notebooks compile is built at once, each build in a process of its
-own (``--no-prebuild`` leaves them to the notebooks), niced, beside the first notebooks: every
-kernel library (a notebook that loads one still building waits for it: torch's build lock), and
-every notebook cell tagged ``build``, after the cells tagged ``sources`` that it needs (each
-notebook waits for its own). All land in caches (``.build/``) that the notebooks then find. At the end it writes ``reproduced/<device>/report.md``:
+own (``--no-prebuild`` leaves them to the notebooks), beside the first notebooks: every kernel
+library (a notebook that loads one still building waits for it: torch's build lock), and, niced
+below them, every notebook cell tagged ``build``, after the cells tagged ``sources`` that it needs
+(each notebook waits for its own). All land in caches (``.build/``) that the notebooks then find. At the end it writes ``reproduced/<device>/report.md``:
 how long each notebook took and its slowest cells, and what this machine measured.
 """
 from __future__ import annotations
@@ -120,11 +120,11 @@ PREBUILT_ENV_VAR = "HELPERS_PREBUILT"
 class Builds:
     """Builds running at once, each in a process of its own: ``kernels`` (names of
     helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`; by default every kernel
-    library) and the build cells of ``notebook_paths`` (:func:`build_cell_jobs`), each process at
-    ``niceness``, so that a notebook started beside them keeps its core."""
+    library) and the build cells of ``notebook_paths`` (:func:`build_cell_jobs`), the cells' processes
+    at ``cell_niceness``: the libraries, which the first notebooks wait for, come first."""
 
     def __init__(self, notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = None,
-                 progress: bool = False, niceness: int = 0):
+                 progress: bool = False, cell_niceness: int = 0):
         import nbformat
 
         from . import build
@@ -156,11 +156,12 @@ class Builds:
             print(f"building {len(scripts)} at once: {', '.join(scripts)}", flush=True)
         self._running = {}
         for number, (label, script) in enumerate(scripts.items()):
+            niceness = cell_niceness if label not in self.libraries else 0
             # stderr to a file, not a pipe: a full pipe would stall a build until it is read.
             with open(Path(scratch) / f"{number}.stderr", "w") as stderr:
                 self._running[label] = (subprocess.Popen(
                     [sys.executable, "-c", script], cwd=env.REPO_ROOT, env=environment, stdout=subprocess.DEVNULL,
-                    stderr=stderr, **({"preexec_fn": lambda: os.nice(niceness)} if niceness else {})), stderr.name)
+                    stderr=stderr, **({"preexec_fn": lambda n=niceness: os.nice(n)} if niceness else {})), stderr.name)
         threading.Thread(target=self._watch, daemon=True).start()  # each one timed and said as it ends
 
     def _watch(self) -> None:
@@ -198,11 +199,10 @@ def prebuild(notebook_paths: list[Path] = (), kernels: tuple[str, ...] | None = 
 
 
 def build_ahead(notebook: str, kernels: tuple[str, ...] = ()) -> str:
-    """A notebook's first build: ``kernels`` (see :func:`prebuild`) and the cells of ``notebook``
-    tagged ``build``, all at once, each in a process of its own, so that the cells below find
-    them built (every build is cached under .build/, keyed by its sources) instead of building
-    one after another. Returns one line: how long it took, and what failed (the cell that
-    needs it then shows the whole error). Under ``make reproduce``, which has built
+    """A notebook's first build: ``kernels`` (see :func:`prebuild`) and the cells of ``notebook`` tagged ``build``, all
+    at once, each in a process of its own, so that the cells below find them built (every build is cached under
+    .build/, keyed by its sources) instead of building one after another. Returns one line: how long it took, and
+    what failed (the cell that needs it then shows the whole error). Under ``make reproduce``, which has built
     everything already, it does nothing."""
     if os.environ.get(PREBUILT_ENV_VAR):
         return "built ahead by make reproduce"
@@ -308,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[env.HEADLESS_ENV_VAR] = "1"
     started = time.perf_counter()
     chosen = notebooks(args.prefixes)
-    prebuild_s, builds = None, None if args.no_prebuild else Builds(chosen, progress=True, niceness=10)
-    if builds is not None:  # the notebooks start beside the builds; their own build_ahead cells have nothing to do
+    prebuild_s, builds = None, None
+    if not args.no_prebuild:  # the notebooks start beside the builds; their own build_ahead cells have nothing to do
+        builds = Builds(chosen, progress=True, cell_niceness=10)
         os.environ[PREBUILT_ENV_VAR] = "1"
     failures, timings = 0, {}  # notebook -> seconds, None where it failed
     for notebook in chosen:

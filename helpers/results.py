@@ -233,10 +233,9 @@ def _copy_of(record: dict, records: list[dict]) -> dict | None:
 def pct_of_copy(record: dict, records: list[dict]) -> float | None:
     """``record``'s throughput as a % of the copy's in the same run (None if that run has none).
 
-    Throughputs rather than times, so that an op moving more bytes than the copy
-    (the backward pass) is not penalised for it; for the forward pass, which moves
-    the copy's bytes, this is exactly ``copy_ms / record_ms * 100``.
-    """
+    Throughputs rather than times, so that an op moving more bytes than the copy (the backward pass) is not
+    penalised for it; for the forward pass, which moves the copy's bytes, this is exactly ``copy_ms / record_ms *
+    100``."""
     copy = _copy_of(record, records)
     if copy is None:
         return None

@@ -256,11 +256,10 @@ def _register_double_backward() -> None:
 class SeluInPlace(torch.autograd.Function):
     """selu_ with a gradient: ``x`` is overwritten by ``y = selu(x)``, and the backward reads ``y``.
 
-    ``mark_dirty`` tells autograd that ``x`` was modified in place: it bumps ``x``'s
-    version counter (a later backward that saved the old ``x`` then fails loudly
-    instead of reading ``y``), refuses a leaf that requires grad, and rebases ``x``'s
-    history onto this function. The output is saved, not the input, which no longer exists.
-    """
+    ``mark_dirty`` tells autograd that ``x`` was modified in place: it bumps ``x``'s version counter (a later
+    backward that saved the old ``x`` then fails loudly instead of reading ``y``), refuses a leaf that requires
+    grad, and rebases ``x``'s history onto this function. The output is saved, not the input, which no longer
+    exists."""
 
     @staticmethod
     def forward(ctx, x):
@@ -341,11 +340,10 @@ def _register_vmap(name: str) -> None:
 
 # region: autocast
 def _register_autocast(name: str) -> None:
-    """Under torch.autocast, SELU runs in its input's dtype, as torch.selu does (it is on none of
-    autocast's lists): a one-input operator needs no rule. The backward operators take two
-    tensors, which autocast may leave in two dtypes (a float32 gradient of a bfloat16 result);
-    they run in the wider one, as autocast's "promote" operators do. Outside autocast, two
-    dtypes stay an error."""
+    """Under torch.autocast, SELU runs in its input's dtype, as torch.selu does (it is on none of autocast's lists): a
+    one-input operator needs no rule. The backward operators take two tensors, which autocast may leave in two
+    dtypes (a float32 gradient of a bfloat16 result); they run in the wider one, as autocast's "promote" operators
+    do. Outside autocast, two dtypes stay an error."""
     op = overload(name)
     for device_type in ("cpu", "cuda"):
         def promote(grad, saved, _device_type=device_type):

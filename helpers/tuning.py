@@ -126,11 +126,10 @@ def _key(config: tuple[int, int, int]) -> str:
 
 def choose(rounds: dict[tuple[int, int, int], list[float]], round_copies: list[float] | None = None,
            default: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
-    """The launch to keep, from each finalist's times in every round and the copy's time in the
-    same rounds: each time is taken as a multiple of its round's copy (without copies, as it is).
-    The finalist with the lowest median multiple, if that median beats the best round of
-    ``default`` (the kernel's default launch where None); otherwise ``default`` (a difference
-    within the spread of the rounds is not a finding)."""
+    """The launch to keep, from each finalist's times in every round and the copy's time in the same rounds: each time
+    is taken as a multiple of its round's copy (without copies, as it is). The finalist with the lowest median
+    multiple, if that median beats the best round of ``default`` (the kernel's default launch where None); otherwise
+    ``default`` (a difference within the spread of the rounds is not a finding)."""
     default = default or ops.default_launch_config()
     copies = round_copies or [1.0] * len(next(iter(rounds.values())))
     if any(len(times) != len(copies) for times in rounds.values()):

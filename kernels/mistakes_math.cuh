@@ -10,7 +10,7 @@ namespace selu_course {
 namespace mistakes {
 
 // region: missing_minus_one
-// Forgets the "- 1": off by lambda*alpha = 1.758 for every input that is not positive.
+// Forgets the "- 1": off by lambda*alpha = 1.758 for every input <= 0 (NaN stays NaN).
 SELU_HOST_DEVICE float selu_missing_minus_one(float x) {
   const float scale = static_cast<float>(kSeluScale);
   return x > 0.f ? x * scale : expf(x) * (static_cast<float>(kSeluAlpha) * scale);
