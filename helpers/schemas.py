@@ -157,7 +157,6 @@ def _register_fakes() -> None:
 
         torch.library.register_fake(qualified(name), fake_backward, lib=LIBRARY)
     torch.library.register_fake(qualified("pointer_chase"), _fake_pointer_chase, lib=LIBRARY)
-    # region: fakes
     for name in SCHEMAS:
         if name in BACKWARD_OPS + PROBE_OPS:
             continue
@@ -167,14 +166,15 @@ def _register_fakes() -> None:
 
             torch.library.register_fake(qualified(name), fake_writes, lib=LIBRARY)
         else:
-            def fake(x, *arguments, _name=name):
+            # region: fake
+            def fake(x, *arguments, _name=name):  # the C++ operator's own checks, then an empty result
                 check_dtype(_name, x)
                 if arguments:
                     _check_in_cpp(_ARGUMENT_CHECKS[_name], *arguments)
                 return torch.empty_like(x)
 
             torch.library.register_fake(qualified(name), fake, lib=LIBRARY)
-    # endregion
+            # endregion
 
 
 # ----------------------------------------------------------------------------- refusing a gradient
