@@ -1,9 +1,8 @@
-"""The process an answer runs in: :mod:`helpers.evaluate` starts one per answer and talks to it
-through a pipe. The inputs and the result buffer are memory the judge owns and shares; the answer
-never sees their seed, the reference, or the judge's clock. Everything this process relies on is
-bound here, before the answer is imported: an answer may replace any Python function of torch,
-time or triton, at import, when built or during a call, and these names still hold the originals.
-The process reports what it saw (one reply per message); the judge decides."""
+"""The process an answer runs in: :mod:`helpers.evaluate` starts one per answer and talks to it through a pipe. The
+inputs and the result buffer are memory the judge owns and shares; the answer never sees their seed, the reference,
+or the judge's clock. Everything this process relies on is bound here, before the answer is imported: an answer may
+replace any Python function of torch, time or triton, at import, when built or during a call, and these names still
+hold the originals. The process reports what it saw (one reply per message); the judge decides."""
 from __future__ import annotations
 
 import ctypes

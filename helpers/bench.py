@@ -1,11 +1,9 @@
 """Timing through a timing library, bytes and GB/s, and the copy roofline.
 
-SELU moves every element once each way, so its speed limit is memory traffic: a copy of
-the same bytes, timed on the same input in the same run, is the yardstick of every
-measurement (its ratio is computed on reading, :mod:`helpers.results`). Times come from
-``triton.testing.do_bench`` on CUDA (events, L2 flushed) and ``torch.utils.benchmark``
-elsewhere, never from a ``time.time()`` loop, which on a GPU would time the launch.
-"""
+SELU moves every element once each way, so its speed limit is memory traffic: a copy of the same bytes, timed on the
+same input in the same run, is the yardstick of every measurement (its ratio is computed on reading,
+:mod:`helpers.results`). Times come from ``triton.testing.do_bench`` on CUDA (events, L2 flushed) and
+``torch.utils.benchmark`` elsewhere, never from a ``time.time()`` loop, which on a GPU would time the launch."""
 from __future__ import annotations
 
 import datetime
@@ -339,6 +337,17 @@ def take_turns(fns: dict, rounds: int, *, device: torch.device | str | None = No
 PROBE_CALLS = 10  # per_call_us's first block, which sizes the others
 
 
+def gpu_kernels(fn: Callable[[], object], calls: int = 1) -> list[tuple[str, float]]:
+    """The GPU kernels of ``calls`` calls of ``fn()``, each as (name, µs) on ``torch.profiler``'s clock: the GPU's own
+    time, without the host's time between kernels (notebooks 01, 02 and 05)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], acc_events=True) as profile:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return [(event.name, event.time_range.elapsed_us()) for event in profile.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def per_call_us(fn: Callable[[], object], device: torch.device | str | None = None,
                 min_run_time_s: float = 0.1, block_s: float = 0.02) -> float:
     """Wall-clock µs per call of ``fn()``: the median over blocks of about ``block_s`` seconds of calls back to back
@@ -367,10 +376,9 @@ def sweep(variants: dict[str, Callable[[torch.Tensor], torch.Tensor]], sizes: It
           dtype: torch.dtype | str = torch.float32, device: torch.device | str | None = None, op: str = "forward",
           include_copy: bool = True, window_ms: tuple[float, float] = (DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS),
           release_each_size: bool = True) -> list[dict]:
-    """:func:`measure` at each size; on a GPU a size whose tensors do not fit in free memory is skipped
-    with a note. Memory goes back to the driver before each size, or with ``release_each_size=False``
-    only before one that does not fit otherwise (a collection takes 0.2 s once torch.compile is loaded).
-    """
+    """:func:`measure` at each size; on a GPU a size whose tensors do not fit in free memory is skipped with a note.
+    Memory goes back to the driver before each size, or with ``release_each_size=False`` only before one that does
+    not fit otherwise (a collection takes 0.2 s once torch.compile is loaded)."""
     # The plain-text bar reads the same in a terminal, in JupyterLab and in saved output; none in a
     # headless run, whose saved notebook would keep every redraw.
     from tqdm.std import tqdm

@@ -1,10 +1,9 @@
 """Is a SELU kernel correct? :func:`check_unary` compares it with a float64 reference on inputs that catch bugs.
 
 Not ``torch.allclose`` on ``torch.rand``: that is never negative, so half of SELU never runs
-(:func:`naive_rand_check` passes ``λ·x``), and a relative tolerance hides a cancelling ``exp(x) - 1``,
-flushed subnormals, a lost sign of zero. So: fresh inputs of both signs, special values, odd sizes,
-misaligned views, outputs poisoned with NaN, and ulps with NaN, ±inf and the sign of zero exact.
-"""
+(:func:`naive_rand_check` passes ``λ·x``), and a relative tolerance hides a cancelling ``exp(x) - 1``, flushed
+subnormals, a lost sign of zero. So: fresh inputs of both signs, special values, odd sizes, misaligned views,
+outputs poisoned with NaN, and ulps with NaN, ±inf and the sign of zero exact."""
 from __future__ import annotations
 
 import contextlib

@@ -1,9 +1,8 @@
 """What this machine has, and what the course will do with it.
 
-Where there is a CUDA GPU *and* a toolchain to build for it, kernels are built from their ``.cu``
-files and timed on the GPU; elsewhere their CPU implementations stand in, and GPU figures are
-shown from the committed H100 records, labelled as reference.
-"""
+Where there is a CUDA GPU *and* a toolchain to build for it, kernels are built from their ``.cu`` files and timed on
+the GPU; elsewhere their CPU implementations stand in, and GPU figures are shown from the committed H100 records,
+labelled as reference."""
 from __future__ import annotations
 
 import os

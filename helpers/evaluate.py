@@ -1,18 +1,16 @@
 """The course's judge of a KernelBench-style answer to the SELU problem (notebook 06, appendix A6).
 ``evaluate("answers/course.py")``, or ``evaluate({"mine": "mine.py", ...})``: timed in turns beside a copy.
 
-An answer is a Python file that defines ``ModelNew`` (``x -> selu(x)``), as KernelBench takes it. It runs
-in a process of its own (:mod:`helpers.answer_worker`). This process, the judge, draws every input from a
-seed the answer never sees, into memory both processes share; it holds the clock, the float64 reference
-and the comparison. An answer can replace any function in its own process and none here.
+An answer is a Python file that defines ``ModelNew`` (``x -> selu(x)``), as KernelBench takes it. It runs in a
+process of its own (:mod:`helpers.answer_worker`). This process, the judge, draws every input from a seed the answer
+never sees, into memory both processes share; it holds the clock, the float64 reference and the comparison. An
+answer can replace any function in its own process and none here.
 
-The checks, in order: small inputs of both signs, special values, odd shapes and views, each
-called twice (``trials`` rounds of fresh ones, then :data:`USE_CALLS` more, as a benchmark's
-warm-up calls); the problem size, untimed; then the timed calls at the problem size, every one
-verified. Each failure is a named finding (:data:`FINDINGS`); where an answer was right before,
-a replay of its first input tells a changed answer (``changes with use``) from one wrong only
-at the problem size or only when timed.
-"""
+The checks, in order: small inputs of both signs, special values, odd shapes and views, each called twice
+(``trials`` rounds of fresh ones, then :data:`USE_CALLS` more, as a benchmark's warm-up calls); the problem size,
+untimed; then the timed calls at the problem size, every one verified. Each failure is a named finding
+(:data:`FINDINGS`); where an answer was right before, a replay of its first input tells a changed answer (``changes
+with use``) from one wrong only at the problem size or only when timed."""
 from __future__ import annotations
 
 import contextlib
@@ -430,10 +428,9 @@ COPY_ROW = "copy (x.clone())"
 
 def evaluate(answers, *, dtype: torch.dtype = torch.float32, device=None, numel: int | None = None,
              trials: int = TRIALS, seed: int | None = None, timed: bool = True, rounds: int = ROUNDS):
-    """Judge ``answers`` (a path, or a dict from name to path) as the module's docstring says: a
-    :class:`Verdict` (a dict of them, the copy's under :data:`COPY_ROW`, where a dict was given).
-    The seed is secret unless given. Rows take turns in the timed ``rounds`` (one on a CPU), so a
-    slow spell falls on every row."""
+    """Judge ``answers`` (a path, or a dict from name to path) as the module's docstring says: a :class:`Verdict` (a
+    dict of them, the copy's under :data:`COPY_ROW`, where a dict was given). The seed is secret unless given. Rows
+    take turns in the timed ``rounds`` (one on a CPU), so a slow spell falls on every row."""
     single = not isinstance(answers, dict)
     paths = {Path(answers).stem: Path(answers)} if single else {k: Path(v) for k, v in answers.items()}
     device = check._device(device)

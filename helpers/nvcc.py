@@ -201,9 +201,8 @@ _PTXAS_REGISTERS = re.compile(r"Used (?P<registers>\d+) registers")
 
 
 def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
-    """``ptxas -v``'s report per kernel (mangled name), from its stderr: a section from each
-    "Compiling entry function '_Z...'" line, with "N bytes stack frame, N bytes spill stores, N bytes
-    spill loads" and "Used N registers"."""
+    """``ptxas -v``'s report per kernel (mangled name), from its stderr: a section from each "Compiling entry function
+    '_Z...'" line, with "N bytes stack frame, N bytes spill stores, N bytes spill loads" and "Used N registers"."""
     report: dict[str, KernelResources] = {}
     # Each section runs from one "Compiling entry function" line to the next.
     starts = list(_PTXAS_ENTRY.finditer(log))

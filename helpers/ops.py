@@ -268,9 +268,8 @@ def selu_vectorized_out(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 def selu_vectorized_(x: torch.Tensor) -> torch.Tensor:
     """:func:`selu_vectorized` in place, as ``torch.selu_``: ``x`` becomes ``selu(x)``; returns ``x``.
 
-    After :func:`enable_backward` it differentiates through :class:`SeluInPlace`, whose
-    backward reads the saved output; a leaf that requires grad is refused, as torch refuses it.
-    """
+    After :func:`enable_backward` it differentiates through :class:`SeluInPlace`, whose backward reads the saved
+    output; a leaf that requires grad is refused, as torch refuses it."""
     torch.ops.selu_course.selu_vectorized_.default(x)
     return x
 
@@ -280,9 +279,8 @@ def selu_vectorized_with_config(
 ) -> torch.Tensor:
     """:func:`selu_vectorized` with a launch configuration of its own (a CPU checks it and ignores it).
 
-    ``max_blocks_per_sm=0`` is a one-shot grid (one block per tile); ``k > 0`` caps
-    the grid at ``k`` blocks per SM, which then loop over the tiles.
-    """
+    ``max_blocks_per_sm=0`` is a one-shot grid (one block per tile); ``k > 0`` caps the grid at ``k`` blocks per SM,
+    which then loop over the tiles."""
     return torch.ops.selu_course.selu_vectorized_with_config.default(
         x, threads_per_block, vectors_per_thread, max_blocks_per_sm
     )

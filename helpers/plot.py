@@ -1,10 +1,9 @@
-"""The course's two figures from benchmark records: :func:`throughput` (GB/s versus size, the copy
-dashed) and :func:`roofline_bars` (each variant as a % of the copy at one size).
+"""The course's two figures from benchmark records: :func:`throughput` (GB/s versus size, the copy dashed) and
+:func:`roofline_bars` (each variant as a % of the copy at one size).
 
-Each returns its Figure, closed (Jupyter shows it once, as the cell's value; a script opens no
-window), and with ``save_as`` writes a PNG and the plotted numbers as JSON beside it, so that a
-figure's claim can be checked without reading pixels.
-"""
+Each returns its Figure, closed (Jupyter shows it once, as the cell's value; a script opens no window), and with
+``save_as`` writes a PNG and the plotted numbers as JSON beside it, so that a figure's claim can be checked without
+reading pixels."""
 from __future__ import annotations
 
 import json
@@ -140,9 +139,8 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
 
 def roofline_bars(records: list[dict], *, numel: int, dtype="float32", op: str = "forward", title: str,
                   save_as: str | Path | None = None, label: str | None = None) -> Figure:
-    """Each variant's throughput as a % of the copy's at ``numel`` elements,
-    as horizontal bars (fastest on top) against a line at 100% (torch's copy), and one
-    at the datasheet's peak bandwidth where the GPU has one."""
+    """Each variant's throughput as a % of the copy's at ``numel`` elements, as horizontal bars (fastest on top)
+    against a line at 100% (torch's copy), and one at the datasheet's peak bandwidth where the GPU has one."""
     chosen = results.with_roofline_ratios(_select(records, dtype=dtype, op=op, numel=numel))
     copy = next((r for r in chosen if r["variant"] == COPY), None)
     bars = [r for r in chosen if r["variant"] != COPY]

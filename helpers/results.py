@@ -1,11 +1,10 @@
 """Benchmark records on disk: ``results/<device>/benchmarks.json``, JSON tables and figures.
 
-Saving merges: a record replaces the stored one with the same key and leaves the others, so a
-notebook re-run updates its own rows. A record's ratio to the copy is never stored but computed
-on reading (:func:`pct_of_copy`) from the copy of the same run, so it cannot disagree with the
-times. ``$HELPERS_RESULTS_DIR`` redirects writing (``make test`` points it at a scratch folder);
-the committed records are always read from the repository's ``results/``.
-"""
+Saving merges: a record replaces the stored one with the same key and leaves the others, so a notebook re-run
+updates its own rows. A record's ratio to the copy is never stored but computed on reading (:func:`pct_of_copy`)
+from the copy of the same run, so it cannot disagree with the times. ``$HELPERS_RESULTS_DIR`` redirects writing
+(``make test`` points it at a scratch folder); the committed records are always read from the repository's
+``results/``."""
 from __future__ import annotations
 
 import json
@@ -43,9 +42,8 @@ def _key(record: dict) -> tuple:
 
 
 def _prune_copies(records: list[dict]) -> list[dict]:
-    """Drop a copy that no other record of its run needs, when a newer copy of the same
-    op, dtype and size is kept: each stored ratio keeps its yardstick, and re-running a
-    notebook does not pile up copies."""
+    """Drop a copy that no other record of its run needs, when a newer copy of the same op, dtype and size is kept:
+    each stored ratio keeps its yardstick, and re-running a notebook does not pile up copies."""
     runs_in_use = {r.get("run") for r in records if r["variant"] != COPY}
     newest: dict[tuple, str] = {}
     for r in records:

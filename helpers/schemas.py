@@ -1,16 +1,14 @@
-"""The ``selu_course`` operators as the dispatcher knows them: schemas, fake kernels, and the
-autograd kernels that refuse a gradient until notebook 04 enables one.
+"""The ``selu_course`` operators as the dispatcher knows them: schemas, fake kernels, and the autograd kernels that
+refuse a gradient until notebook 04 enables one.
 
-Every kernel of ``kernels/`` is a PyTorch operator in one namespace, ``selu_course``: a
-schema (defined here, once per process, because the kernels' libraries are rebuilt and
-replaced while a notebook runs), implementations registered per device in C++
-(``TORCH_LIBRARY_IMPL``), a fake kernel that says what the result looks like (what
-``torch.compile`` traces with) and an autograd rule. A kernel whose C++ signature does not
-match its schema is refused when its library loads.
+Every kernel of ``kernels/`` is a PyTorch operator in one namespace, ``selu_course``: a schema (defined here, once
+per process, because the kernels' libraries are rebuilt and replaced while a notebook runs), implementations
+registered per device in C++ (``TORCH_LIBRARY_IMPL``), a fake kernel that says what the result looks like (what
+``torch.compile`` traces with) and an autograd rule. A kernel whose C++ signature does not match its schema is
+refused when its library loads.
 
-This module imports nothing of :mod:`helpers`: :mod:`helpers.build` imports it before it
-loads a library, and :mod:`helpers.ops` swaps the autograd rules it starts with.
-"""
+This module imports nothing of :mod:`helpers`: :mod:`helpers.build` imports it before it loads a library, and
+:mod:`helpers.ops` swaps the autograd rules it starts with."""
 from __future__ import annotations
 
 import torch
@@ -318,9 +316,8 @@ def _forbid_gradients_out(name: str) -> None:
 
 # region: vmap
 def _register_vmap(name: str) -> None:
-    """torch.vmap in one call of the operator: an elementwise operator is blind to which
-    dimension is the batch, so the batched tensor goes in whole (without a rule, vmap would
-    call the operator once per batch element, and warn)."""
+    """torch.vmap in one call of the operator: an elementwise operator is blind to which dimension is the batch, so the
+    batched tensor goes in whole (without a rule, vmap would call the operator once per batch element, and warn)."""
     op = overload(name)
 
     def one_input(info, in_dims, x, *arguments):

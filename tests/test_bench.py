@@ -345,3 +345,11 @@ def test_roofline_copy_moves_the_bytes_of_its_op(op):
 def test_roofline_copy_refuses_an_unknown_op():
     with pytest.raises(ValueError, match="op must be one of"):
         bench.roofline_copy("sideways", torch.randn(4))
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_lists_every_kernel_of_every_call_with_its_own_time():
+    x = torch.randn(1 << 20, device="cuda")
+    one, three = bench.gpu_kernels(lambda: x.mul(2)), bench.gpu_kernels(lambda: x.mul(2), calls=3)
+    assert len(one) == 1 and len(three) == 3  # one elementwise kernel a call, nothing of the host's
+    assert all(us > 0 for _, us in three) and all(name == one[0][0] for name, _ in three)
