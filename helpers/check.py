@@ -144,8 +144,8 @@ def _bits_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """How many steps between neighbouring floats of ``a``'s dtype from ``a`` to ``b`` rounded to it, as int64: 0 against
-    the float64 reference means correctly rounded. NaN and ±inf get meaningless distances."""
+    """How many steps between neighbouring floats of ``a``'s dtype lie from ``a`` to ``b`` rounded to it, as int64:
+    0 against the float64 reference means correctly rounded. NaN and ±inf get meaningless distances."""
     bits_dtype = _bits_dtype(a.dtype)
     # Keys ordered like the floats: a negative one maps to -magnitude - 1, so -0.0 is one step below
     # +0.0 (a lost sign of zero is 1 ulp) and ±x are as far apart as the floats between them.
