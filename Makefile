@@ -41,11 +41,11 @@ lab: $(STAMP)
 # other. The notebooks' build_ahead then does nothing: each build cell compiles in its own
 # cell, once, instead of also in a process of its own beforehand.
 test: $(STAMP)
-	$(PY) -m helpers.reproduce --kernels-only
+	$(PY) -m helpers.reproduce
 	HELPERS_PREBUILT=1 HELPERS_RESULTS_DIR=.build/test-results $(PY) -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -n 2 --dist loadfile
 
 reproduce: $(STAMP)
-	$(PY) -m helpers.reproduce
+	$(PY) -m run_notebooks
 
 clean:
 	rm -rf .build reproduced

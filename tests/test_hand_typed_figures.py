@@ -13,9 +13,9 @@ import re
 
 import pytest
 
-from helpers import reproduce
+import run_notebooks
 
-NOTEBOOKS = reproduce.notebooks()  # the main path and the appendices
+NOTEBOOKS = run_notebooks.notebooks()  # the main path and the appendices
 # A number with the unit of a measurement, or a ratio to a peer ("1.04× the copy").
 MEASURED = re.compile(
     r"(?P<number>\d[\d,]*(?:\.\d+)?(?:\s*[–-]\s*\d[\d,]*(?:\.\d+)?)?)\s*"

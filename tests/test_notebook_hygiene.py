@@ -14,9 +14,9 @@ import re
 import nbformat
 import pytest
 
-from helpers import reproduce
+import run_notebooks
 
-NOTEBOOKS = reproduce.notebooks()  # the main path and the appendices
+NOTEBOOKS = run_notebooks.notebooks()  # the main path and the appendices
 SECTIONS = {
     "objectives": re.compile(r"^#+ .*(what you will learn|objectives|goals)", re.I | re.M),
     "summary": re.compile(r"^#+ .*(summary|takeaways)", re.I | re.M),

@@ -9,6 +9,7 @@ import time
 import nbformat
 import pytest
 
+import run_notebooks
 from helpers import env, reproduce
 
 
@@ -21,13 +22,13 @@ def test_records_and_notebooks_share_one_device_folder(tmp_path, monkeypatch):
         "results.save([{'variant': 'copy', 'op': 'forward', 'dtype': 'float32', 'numel': 1, 'run': 'r',"
         " 'config': None, 'device_slug': 'probe', 'median_ms': 1.0}])")
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), notebook)
-    monkeypatch.setattr(reproduce, "notebooks", lambda prefixes=None: [notebook])
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda prefixes=None: [notebook])
     monkeypatch.setattr(env, "device_slug", lambda device=None: "probe")
     # main() sets these for the notebooks it starts: restored after the test.
     monkeypatch.setenv("HELPERS_RESULTS_DIR", os.environ.get("HELPERS_RESULTS_DIR", ""))
     monkeypatch.setenv(env.HEADLESS_ENV_VAR, os.environ.get(env.HEADLESS_ENV_VAR, ""))
     monkeypatch.setenv("PYTHONPATH", str(env.REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    assert reproduce.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 0
+    assert run_notebooks.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 0
     assert (tmp_path / "out" / "probe" / "notebooks" / "09_probe.ipynb").exists()
     records = json.loads((tmp_path / "out" / "probe" / "benchmarks.json").read_text())
     assert records[0]["variant"] == "copy"
@@ -37,16 +38,39 @@ def test_records_and_notebooks_share_one_device_folder(tmp_path, monkeypatch):
     assert "| float32 | 1 | — | — | — |" in summary  # this run's copy, never a committed record
 
 
+def test_a_warm_kernel_has_imported_the_first_cell_before_its_notebooks_turn(tmp_path, monkeypatch):
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (folder / "stamp.py").write_text("import time\nIMPORTED_AT = time.time()\n")
+    first = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(3)")])
+    second = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\nimport stamp\nturn = time.time()"),
+                                             nbformat.v4.new_code_cell("print(turn - stamp.IMPORTED_AT > 2)")])
+    nbformat.write(first, folder / "08_first.ipynb")
+    nbformat.write(second, folder / "09_second.ipynb")
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda prefixes=None: [folder / "08_first.ipynb", folder / "09_second.ipynb"])
+    monkeypatch.setattr(env, "device_slug", lambda device=None: "probe")
+    monkeypatch.setattr(run_notebooks, "kernels_ahead", lambda count: 2)
+    made, warm_kernel = [], run_notebooks.WarmKernel
+    monkeypatch.setattr(run_notebooks, "WarmKernel", lambda notebook: made.append(warm_kernel(notebook)) or made[-1])
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", os.environ.get("HELPERS_RESULTS_DIR", ""))
+    monkeypatch.setenv(env.HEADLESS_ENV_VAR, os.environ.get(env.HEADLESS_ENV_VAR, ""))
+    assert run_notebooks.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 0
+    executed = nbformat.read(tmp_path / "out" / "probe" / "notebooks" / "09_second.ipynb", as_version=4)
+    assert executed.cells[1].outputs[0]["text"] == "True\n"  # imported while 08 slept, before 09's turn
+    assert [c.execution_count for c in executed.cells] == [1, 2]  # the silent imports left no trace
+    assert len(made) == 2 and not any(kernel.km.is_alive() for kernel in made)  # each shut down after its notebook
+
+
 def test_a_failure_names_its_exception_cell_and_traceback(tmp_path, monkeypatch, capsys):
     notebook = tmp_path / "nb" / "09_broken.ipynb"
     notebook.parent.mkdir()
     cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("def inner():\n    raise KeyError('lost')\ninner()")]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), notebook)
-    monkeypatch.setattr(reproduce, "notebooks", lambda prefixes=None: [notebook])
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda prefixes=None: [notebook])
     monkeypatch.setattr(env, "device_slug", lambda device=None: "probe")
     monkeypatch.setenv("HELPERS_RESULTS_DIR", os.environ.get("HELPERS_RESULTS_DIR", ""))
     monkeypatch.setenv(env.HEADLESS_ENV_VAR, os.environ.get(env.HEADLESS_ENV_VAR, ""))
-    assert reproduce.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 1
+    assert run_notebooks.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 1
     said = capsys.readouterr().err
     assert "09_broken.ipynb: FAILED: CellExecutionError" in said
     assert "in cell 1 ('def inner():'): KeyError: 'lost'" in said
@@ -69,13 +93,13 @@ def test_prebuild_builds_every_library(monkeypatch):
 
     monkeypatch.setattr(reproduce.subprocess, "Popen", Process)
     done_after_s = {}
-    failed = reproduce.prebuild(reproduce.notebooks(["02"]), done_after_s=done_after_s)
+    failed = reproduce.prebuild(run_notebooks.notebooks(["02"]), done_after_s=done_after_s)
     scripts = [script for script, _ in started]
     assert any("build.load('selu_vectorized')" in s for s in scripts)
     assert any("build.load('selu_autograd')" in s for s in scripts)
     assert any("build.load_entry()" in s for s in scripts)
     assert sum("helpers.reproduce import execute" in s for s in scripts) == len(
-        reproduce.build_cell_jobs(reproduce.notebooks(["02"])[0]))  # one process per build cell of notebook 02
+        reproduce.build_cell_jobs(run_notebooks.notebooks(["02"])[0]))  # one process per build cell of notebook 02
     assert failed == {"mistakes": "RuntimeError: Error building extension 'mistakes'"}
     assert len(done_after_s) == len(started) and "mistakes" in done_after_s  # every job, failed or not
     assert all(int(jobs) >= 2 for _, jobs in started)
@@ -89,7 +113,7 @@ def test_the_first_notebook_starts_beside_the_builds_and_each_waits_for_its_own_
     class Process:
         def __init__(self, command, **options):
             self.script, self.returncode = command[-1], None
-            self.niced = "preexec_fn" in options
+            self.niceness = int(command[2]) if command[0] == "nice" else 0
             running[self.script] = self
 
         def poll(self):  # every build runs until a notebook has started (or 5 s: a run that waits for them ends)
@@ -108,27 +132,29 @@ def test_the_first_notebook_starts_beside_the_builds_and_each_waits_for_its_own_
 
     def execute(notebook, target, **options):
         called.append(notebook.stem)
-        cells = [p for s, p in running.items() if "execute(" in s]
-        assert cells and all(p.niced for p in cells)  # the libraries, which notebooks wait for, come first
-        assert not any(p.niced for s, p in running.items() if "execute(" not in s)
+        niceness = {s: p.niceness for s, p in running.items()}
+        cells = [n for s, n in niceness.items() if "execute(" in s]
+        assert cells and set(cells) == {10}  # the libraries, which notebooks wait for, come first
+        assert niceness["from helpers import build; build.load('selu_naive')"] == 0  # the one 00 loads: before all
+        assert {n for s, n in niceness.items() if "execute(" not in s and "selu_naive" not in s} == {5}
         seen[notebook.stem] = [p.returncode == 0 for p in running.values()]
         return 0.0
 
-    monkeypatch.setattr(reproduce, "execute", execute)
-    assert reproduce.main(["--output", str(tmp_path / "out"), "00", "02"]) == 0
+    monkeypatch.setattr(run_notebooks, "execute", execute)
+    assert run_notebooks.main(["--output", str(tmp_path / "out"), "--cold", "00", "02"]) == 0
     assert not any(seen["00_setup"])  # 00 has no build cells: it started while everything was building
     assert all(seen["02_first_cuda_kernel"])
     assert "| kernel libraries, all at once beside the first notebooks |" in (tmp_path / "out" / "probe" / "report.md").read_text()
 
 
-def test_kernels_only_builds_the_libraries_and_runs_no_notebook(monkeypatch):
+def test_python_m_helpers_reproduce_builds_every_library_and_runs_no_notebook(monkeypatch):
     asked = []
     monkeypatch.setattr(reproduce, "prebuild", lambda *paths, **options: asked.append((paths, options)) or {})
     monkeypatch.setattr(reproduce, "execute", lambda *args, **kwargs: pytest.fail("a notebook ran"))
-    assert reproduce.main(["--kernels-only"]) == 0
+    assert reproduce.main() == 0
     assert asked == [((), {"progress": True})]  # no notebook's build cells: every kernel library
     monkeypatch.setattr(reproduce, "prebuild", lambda *paths, **options: {"mistakes": "RuntimeError: ..."})
-    assert reproduce.main(["--kernels-only"]) == 1
+    assert reproduce.main() == 1
 
 
 def test_prebuild_says_what_it_builds_and_when_each_ends(monkeypatch, capsys):
@@ -203,14 +229,14 @@ def test_the_slowest_cells_come_from_nbclients_timings(tmp_path):
     notebook = tmp_path / "executed.ipynb"
     cells = [nbformat.v4.new_markdown_cell("text"), timed(3), nbformat.v4.new_code_cell("untimed"), timed(40), timed(7)]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), notebook)
-    assert reproduce.slowest_cells(notebook, count=2) == [(3, 40.5), (4, 7.5)]
+    assert run_notebooks.slowest_cells(notebook, count=2) == [(3, 40.5), (4, 7.5)]
 
 
 @pytest.mark.skipif(not (env.REPO_ROOT / "notebooks").exists(), reason="needs the notebooks")
 def test_notebook_02s_first_build_job_runs_on_its_own(tmp_path):
     """The cells tagged ``sources`` are all that the load_inline cell needs: its job, run in a
     fresh kernel as the prebuild runs it, finishes without an error."""
-    notebook = reproduce.notebooks(["02"])[0]
+    notebook = run_notebooks.notebooks(["02"])[0]
     label, job = next(iter(reproduce.build_cell_jobs(notebook).items()))
     assert "load_inline" in job.cells[-1].source, label
     path = tmp_path / "job.ipynb"
