@@ -63,7 +63,7 @@ KERNELS = {
     "latency_chain": KernelSpec("latency_chain_cpu.cpp", "latency_chain.cu", ("pointer_chase",)),
     "mistakes": KernelSpec("mistakes_cpu.cpp", "mistakes.cu",
                            ("mistake_missing_minus_one", "mistake_expf_minus_one", "mistake_legacy_default_stream",
-                            "mistake_int32_count")),
+                            "mistake_int32_count", "mistake_int32_index")),
 }
 
 # Autograd-key kernels: C++ alone, serving every device. Not in KERNELS: loading one changes

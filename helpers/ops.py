@@ -314,3 +314,8 @@ def mistake_legacy_default_stream(x: torch.Tensor) -> torch.Tensor:
 def mistake_int32_count(x: torch.Tensor) -> torch.Tensor:
     """WRONG ON PURPOSE: the element count narrowed to a 32-bit ``int``."""
     return torch.ops.selu_course.mistake_int32_count.default(x)
+
+
+def mistake_int32_index(x: torch.Tensor) -> torch.Tensor:
+    """WRONG ON PURPOSE: the thread's index computed in 32 bits, widened only after it wrapped."""
+    return torch.ops.selu_course.mistake_int32_index.default(x)

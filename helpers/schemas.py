@@ -45,6 +45,7 @@ SCHEMAS = {
     "mistake_expf_minus_one": "(Tensor x) -> Tensor",
     "mistake_legacy_default_stream": "(Tensor x) -> Tensor",
     "mistake_int32_count": "(Tensor x) -> Tensor",
+    "mistake_int32_index": "(Tensor x) -> Tensor",
 }
 
 # Operators that take no tensor, so no fake kernel, autograd rule or opcheck. The launch table

@@ -76,6 +76,33 @@ at::Tensor int32_count(const at::Tensor& x) {
 }
 // endregion
 
+// region: int32_index
+// WRONG ON PURPOSE: the index is widened to 64 bits too late. blockIdx.x *
+// blockDim.x + threadIdx.x is unsigned 32-bit arithmetic, which wraps past
+// 2^32: the thread for element 2^32 + k computes k, passes the bound check and
+// writes element k (the value element k gets anyway). The elements from 2^32
+// on are never written; nothing crashes and no error is raised.
+template <typename Op>
+__global__ void int32_index_kernel(const float* x, float* y, int64_t numel, Op op) {
+  const int64_t i = blockIdx.x * blockDim.x + threadIdx.x;  // the bug: wraps before the widening
+  if (i < numel) {
+    y[i] = op(x[i]);
+  }
+}
+
+at::Tensor int32_index(const at::Tensor& x) {
+  return run_on_gpu(x, "selu_course::mistake_int32_index", [](const at::Tensor& src, at::Tensor& out) {
+    const int64_t numel = src.numel();
+    if (numel == 0) {
+      return;
+    }
+    int32_index_kernel<<<naive_blocks_for(numel), kNaiveThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        src.const_data_ptr<float>(), out.mutable_data_ptr<float>(), numel, SeluOp{});
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+// endregion
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
@@ -83,6 +110,7 @@ TORCH_LIBRARY_IMPL(selu_course, CUDA, m) {
   m.impl("mistake_expf_minus_one", &expf_minus_one);
   m.impl("mistake_legacy_default_stream", &legacy_default_stream);
   m.impl("mistake_int32_count", &int32_count);
+  m.impl("mistake_int32_index", &int32_index);
 }
 
 }  // namespace selu_course

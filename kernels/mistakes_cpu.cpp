@@ -1,8 +1,11 @@
 // MISTAKES, ON PURPOSE: the CPU implementations of notebook 02's first-draft
 // operators, so that every operator runs on every device. The wrong math is
-// the same as on the GPU (mistakes_math.cuh). Of the two launch mistakes, the
-// 32-bit count is wrong here too (the loop stops at the narrowed count); a CPU
-// has no streams, so the legacy-default-stream operator computes selu(x) here.
+// the same as on the GPU (mistakes_math.cuh). Of the launch mistakes, the 32-bit
+// count and index are wrong here too (the loop stops at the narrowed count, or at
+// 2^32); a CPU has no streams, so the legacy-default-stream operator computes
+// selu(x) here.
+#include <algorithm>
+
 #include <torch/library.h>
 
 #include "cpu_loop.h"
@@ -49,6 +52,16 @@ at::Tensor int32_count(const at::Tensor& x) {
   });
 }
 
+at::Tensor int32_index(const at::Tensor& x) {
+  return run_on_cpu(x, "selu_course::mistake_int32_index", [](const at::Tensor& src, at::Tensor& out) {
+    // Indices wrapped to 32 bits reach only the first 2^32 elements; each of those gets its right value.
+    const int64_t reached = std::min<int64_t>(src.numel(), int64_t{1} << 32);
+    if (reached > 0) {
+      cpu_elementwise<float>(src, out, SeluOp{}, reached);
+    }
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
@@ -56,6 +69,7 @@ TORCH_LIBRARY_IMPL(selu_course, CPU, m) {
   m.impl("mistake_expf_minus_one", &expf_minus_one);
   m.impl("mistake_legacy_default_stream", &legacy_default_stream);
   m.impl("mistake_int32_count", &int32_count);
+  m.impl("mistake_int32_index", &int32_index);
 }
 
 }  // namespace selu_course

@@ -52,5 +52,6 @@ ENTRY_POINTS = {
     "mistake_expf_minus_one": ops.mistake_expf_minus_one,
     "mistake_legacy_default_stream": ops.mistake_legacy_default_stream,
     "mistake_int32_count": ops.mistake_int32_count,
+    "mistake_int32_index": ops.mistake_int32_index,
 }
 FLOAT32_ONLY = [name for name in ENTRY_POINTS if not name.startswith("selu_vectorized")]

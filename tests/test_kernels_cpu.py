@@ -206,11 +206,13 @@ def test_legacy_default_stream_computes_selu_on_the_cpu():
 
 
 @pytest.mark.parametrize("numel", [1, 17, 100_003])
-def test_int32_count_computes_selu_for_small_sizes(numel):
-    # The count narrowed to int is the same count below 2^31; the bug shows only
-    # past 2^31 elements (tested on the GPU, where 16 GiB are cheaper to find).
+@pytest.mark.parametrize("name", ["mistake_int32_count", "mistake_int32_index"])
+def test_32_bit_counts_and_indices_compute_selu_for_small_sizes(name, numel):
+    # The count narrowed to int is the same count below 2^31, an index wrapped to 32 bits the
+    # same index below 2^32; the bugs show only past them (tested on the GPU, where 16 GiB
+    # are cheaper to find).
     x = check.harness_input(numel, device=CPU, seed=numel)
-    y = ops.mistake_int32_count(x)
+    y = getattr(ops, name)(x)
     assert not (y.isnan() & ~x.isnan()).any(), "elements left unwritten (still NaN from the poisoning)"
     assert check.agreement(y, ops.selu_naive(x)).identical == x.numel()
 
@@ -221,6 +223,7 @@ COURSE_CHECK_CASES = (
     [(f"selu_{kernel}", dtype, True) for kernel, dtype in KERNEL_DTYPES]
     + [("mistake_legacy_default_stream", torch.float32, True),  # right on a CPU
        ("mistake_int32_count", torch.float32, True),  # right below 2^31 elements
+       ("mistake_int32_index", torch.float32, True),  # right below 2^32 elements
        ("mistake_missing_minus_one", torch.float32, False),
        ("mistake_expf_minus_one", torch.float32, False)]
 )

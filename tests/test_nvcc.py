@@ -278,14 +278,26 @@ def test_naive_kernel_index_is_64_bit(compiled, filename):
     # rather than multiplied in 32 bits (mad.lo.s32 / mul.lo.s32), which would
     # wrap past 2^32 elements.
     found = nvcc.kernels(ptx_of(compiled, filename))
+    found = {name: body for name, body in found.items() if "int32_index_kernel<" not in name}  # the bug, on purpose
     assert found and all("selu_naive_kernel<" in name or "selu_naive_unrolled_kernel<" in name
                          for name in found), list(found)
     for name, body in found.items():
-        block = re.search(r"mov\.u32\s+(%r\d+),\s*%ctaid\.x;", body)[1]
-        width = re.search(r"mov\.u32\s+(%r\d+),\s*%ntid\.x;", body)[1]
-        operands = rf"({re.escape(block)},\s*{re.escape(width)}|{re.escape(width)},\s*{re.escape(block)})"
-        assert re.search(rf"m(?:ul|ad)\.wide\.u32\s+%rd\d+,\s*{operands}", body), name
-        assert not re.search(rf"m(?:ul|ad)\.lo\.[su]32\s+%r\d+,\s*{operands}", body), name
+        assert re.search(rf"m(?:ul|ad)\.wide\.u32\s+%rd\d+,\s*{_block_times_width(body)}", body), name
+        assert not re.search(rf"m(?:ul|ad)\.lo\.[su]32\s+%r\d+,\s*{_block_times_width(body)}", body), name
+
+
+def test_the_int32_index_mistake_multiplies_in_32_bits(compiled):
+    # Notebook 02's index bug: blockIdx.x * blockDim.x in 32-bit arithmetic, widened only after.
+    (body,) = nvcc._select(ptx_of(compiled, "mistakes.cu"), "int32_index_kernel<").values()
+    assert re.search(rf"m(?:ul|ad)\.lo\.[su]32\s+%r\d+,\s*{_block_times_width(body)}", body)
+    assert not re.search(rf"m(?:ul|ad)\.wide\.u32\s+%rd\d+,\s*{_block_times_width(body)}", body)
+
+
+def _block_times_width(body: str) -> str:
+    """The operands of blockIdx.x * blockDim.x in a kernel's PTX, as a pattern (in either order)."""
+    block = re.search(r"mov\.u32\s+(%r\d+),\s*%ctaid\.x;", body)[1]
+    width = re.search(r"mov\.u32\s+(%r\d+),\s*%ntid\.x;", body)[1]
+    return rf"({re.escape(block)},\s*{re.escape(width)}|{re.escape(width)},\s*{re.escape(block)})"
 
 
 @pytest.mark.parametrize("filename", CU_FILES)
