@@ -62,15 +62,19 @@ class WarmKernel:
         self._request = self._client.execute(self.imports, silent=True, store_history=False)
 
     def ready(self, timeout_s: float = 600) -> bool:
-        """Wait for the imports (an error is left for the notebook's own first cell to show); whether they ran."""
+        """Wait for the imports, while the kernel lives (an error or a dead kernel is left for the notebook's run
+        to report); whether they ran."""
+        import queue
+
         deadline = time.monotonic() + timeout_s
         try:
-            while (left := deadline - time.monotonic()) > 0:
-                reply = self._client.get_shell_msg(timeout=left)
+            while time.monotonic() < deadline and self.km.is_alive():
+                try:
+                    reply = self._client.get_shell_msg(timeout=1)
+                except queue.Empty:
+                    continue
                 if reply["parent_header"].get("msg_id") == self._request:
                     return reply["content"]["status"] == "ok"
-        except Exception:  # queue.Empty: it took too long; the notebook then waits in its own first cell
-            pass
         finally:
             self._client.stop_channels()
         return False
@@ -94,8 +98,9 @@ def execute(notebook: Path, destination: Path, timeout_s: int = 3600, working_di
     nb = nbformat.read(notebook, as_version=4)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
-        if kernel is not None:
-            kernel.ready(timeout_s)
+        if kernel is not None and not kernel.ready(timeout_s) and not kernel.km.is_alive():
+            kernel.shutdown()
+            raise RuntimeError(f"its kernel died running what its first cell imports: {kernel.imports!r}")
         client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3", kernel_manager_class=_local_kernels(sockets),
                                 km=kernel.km if kernel else None,
                                 resources={"metadata": {"path": str(working_dir or notebook.parent)}})

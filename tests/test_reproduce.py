@@ -61,6 +61,22 @@ def test_a_warm_kernel_has_imported_the_first_cell_before_its_notebooks_turn(tmp
     assert len(made) == 2 and not any(kernel.km.is_alive() for kernel in made)  # each shut down after its notebook
 
 
+def test_a_warm_kernel_that_dies_importing_fails_its_notebook_at_once(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (folder / "dies.py").write_text("import os\nos._exit(3)\n")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import dies")]), folder / "09_dies.ipynb")
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda prefixes=None: [folder / "09_dies.ipynb"])
+    monkeypatch.setattr(env, "device_slug", lambda device=None: "probe")
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", os.environ.get("HELPERS_RESULTS_DIR", ""))
+    monkeypatch.setenv(env.HEADLESS_ENV_VAR, os.environ.get(env.HEADLESS_ENV_VAR, ""))
+    started = time.monotonic()
+    assert run_notebooks.main(["--output", str(tmp_path / "out"), "--no-prebuild"]) == 1
+    assert time.monotonic() - started < 120  # no wait for the hour-long notebook timeout
+    assert "09_dies.ipynb: FAILED: RuntimeError: its kernel died running what its first cell imports: 'import dies'" \
+        in capsys.readouterr().err
+
+
 def test_a_failure_names_its_exception_cell_and_traceback(tmp_path, monkeypatch, capsys):
     notebook = tmp_path / "nb" / "09_broken.ipynb"
     notebook.parent.mkdir()
