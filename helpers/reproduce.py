@@ -19,18 +19,6 @@ from pathlib import Path
 from . import env
 
 
-def _local_kernels(sockets: str):
-    """A KernelManager class whose python3 kernels talk to this process over local sockets (IPC) in
-    ``sockets``, not TCP: nothing leaves the machine, and ipykernel has no unencrypted-TCP warning to print."""
-    from jupyter_client.manager import KernelManager
-
-    class LocalKernelManager(KernelManager):
-        def __init__(self, **options):
-            super().__init__(transport="ipc", ip=str(Path(sockets) / "kernel"), **options)
-
-    return LocalKernelManager
-
-
 def first_imports(nb) -> str:
     """The import statements at the top level of ``nb``'s first code cell (what a warm kernel runs ahead)."""
     import ast
@@ -45,18 +33,20 @@ def first_imports(nb) -> str:
 
 
 class WarmKernel:
-    """A notebook's kernel, started ahead of its turn, with the imports of its first code cell run in it
-    silently (no output, no execution count): torch, helpers and matplotlib take seconds to import, which
-    the notebook then does not wait for. Imports measure nothing, so warming one beside a notebook at
-    work disturbs no measurement more than an idle process does."""
+    """A notebook's python3 kernel. Started ahead of its turn (``warm``), it runs the imports of the notebook's first
+    code cell silently (no output, no execution count): torch, helpers and matplotlib take seconds to import, which
+    the notebook then does not wait for. Imports measure nothing, so warming one beside a notebook at work disturbs
+    no measurement more than an idle process does. It talks to this process over local sockets (IPC) in a scratch
+    folder, not TCP: nothing leaves the machine, and ipykernel has no unencrypted-TCP warning to print."""
 
-    def __init__(self, notebook: Path, working_dir: Path | None = None):
+    def __init__(self, notebook: Path, working_dir: Path | None = None, warm: bool = True):
         import nbformat
+        from jupyter_client.manager import KernelManager
 
         self._sockets = tempfile.TemporaryDirectory(prefix="kernel-")
-        self.km = _local_kernels(self._sockets.name)(kernel_name="python3")
+        self.km = KernelManager(transport="ipc", ip=str(Path(self._sockets.name) / "kernel"), kernel_name="python3")
         self.km.start_kernel(cwd=str(working_dir or notebook.parent))
-        self.imports = first_imports(nbformat.read(notebook, as_version=4))
+        self.imports = first_imports(nbformat.read(notebook, as_version=4)) if warm else ""
         self._client = self.km.blocking_client()
         self._client.start_channels()  # a message sent before the kernel listens waits in the socket
         self._request = self._client.execute(self.imports, silent=True, store_history=False)
@@ -90,29 +80,27 @@ class WarmKernel:
 
 def execute(notebook: Path, destination: Path, timeout_s: int = 3600, working_dir: Path | None = None,
             kernel: WarmKernel | None = None) -> float:
-    """Run ``notebook`` top to bottom in a fresh python3 kernel (started in ``working_dir``, by default the
-    notebook's folder; or in ``kernel``, started ahead, which is then shut down); save the executed copy."""
+    """Run ``notebook`` top to bottom in ``kernel`` (started ahead), or in a fresh python3 kernel started in
+    ``working_dir`` (by default the notebook's folder); shut it down; save the executed copy."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
-        if kernel is not None and not kernel.ready(timeout_s) and not kernel.km.is_alive():
-            kernel.shutdown()
-            raise RuntimeError(f"its kernel died running what its first cell imports: {kernel.imports!r}")
-        client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3", kernel_manager_class=_local_kernels(sockets),
-                                km=kernel.km if kernel else None,
-                                resources={"metadata": {"path": str(working_dir or notebook.parent)}})
-        try:
-            client.execute()
-        finally:
-            if kernel is not None:  # nbclient leaves a kernel it did not start running
-                if client.kc is not None:
-                    client.kc.stop_channels()
-                kernel.shutdown()
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, destination)
+    kernel = kernel or WarmKernel(notebook, working_dir, warm=False)
+    if not kernel.ready(timeout_s) and not kernel.km.is_alive():
+        kernel.shutdown()
+        raise RuntimeError(f"its kernel died running what its first cell imports: {kernel.imports!r}")
+    client = NotebookClient(nb, timeout=timeout_s, km=kernel.km,
+                            resources={"metadata": {"path": str(working_dir or notebook.parent)}})
+    try:
+        client.execute()
+    finally:
+        if client.kc is not None:  # nbclient leaves a kernel it did not start running, with its client
+            client.kc.stop_channels()
+        kernel.shutdown()
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, destination)
     return time.perf_counter() - started
 
 
