@@ -46,7 +46,6 @@ def notebooks(prefixes: list[str] | None = None) -> list[Path]:
     return found
 
 
-
 def describe_failure(error: BaseException, executed: Path | None = None, lines: int = 8) -> str:
     """One failure, said so that it can be acted on: the exception's type, the cell that
     raised (its index and first line, from the executed copy) and the traceback's last lines.
@@ -63,7 +62,6 @@ def describe_failure(error: BaseException, executed: Path | None = None, lines: 
                 said += [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in failed[0].get("traceback", [])][-lines:]
                 break
     return "\n".join(said)
-
 
 
 def slowest_cells(notebook: Path, count: int = 3) -> list[tuple[int, float]]:

@@ -313,7 +313,7 @@ def test_int32_index_leaves_what_lies_past_2_to_the_32_unwritten():
     numel, past = 2**32 + 2**20, 2**20
     if not env.fits_on_gpu(numel, torch.float32, tensors=3):  # x, y and the NaN mask's bytes
         pytest.skip(f"needs room for 3 x {numel * 4 / 2**30:.0f} GiB, {env.free_gpu_bytes() / 2**30:.0f} GiB free")
-    x = torch.randn(numel, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0))
+    x = torch.randn(numel, device=CUDA, generator=torch.Generator(CUDA).manual_seed(0))
     with check.poisoned_outputs():
         y = ops.mistake_int32_index(x)
     # The thread for element 2^32 + k wrote element k instead: no error, the tail keeps the poison.
