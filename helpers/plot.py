@@ -91,10 +91,11 @@ def save_figure(fig: Figure, data: dict, png: Path) -> None:
 
 def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "forward",
                variants: list[str] | None = None, save_as: str | Path | None = None,
-               label: str | None = None) -> Figure:
+               label: str | None = None, marks: dict[str, int] | None = None) -> Figure:
     """GB/s versus elements, one line per variant (``variants`` picks and orders them): the median
     with its 20th-80th percentile band, the copy dashed black, the datasheet's peak dotted grey
-    (no kernel can cross it); ``label`` is a subtitle, e.g. the records' ``source``."""
+    (no kernel can cross it); ``label`` is a subtitle, e.g. the records' ``source``; ``marks``
+    draws a dotted vertical line at each size, with its name in the legend."""
     chosen = _select(records, dtype=dtype, op=op)
     names = variants if variants is not None else list(dict.fromkeys(results.label(r) for r in chosen))
     missing = [n for n in names if not any(results.label(r) == n for r in chosen)]
@@ -117,6 +118,8 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
     peak = datasheet_gbps(chosen)
     if peak is not None:
         ax.axhline(peak, linestyle=":", color="dimgray", linewidth=1.5, label=f"datasheet peak ({peak:.0f} GB/s)")
+    for mark, numel in (marks or {}).items():
+        ax.axvline(numel, linestyle=":", color="tab:green", linewidth=1.5, label=mark)
 
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=2))
@@ -129,9 +132,10 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
     ax.legend(fontsize=8)
     _titles(fig, ax, title, label)
 
+    # "variants" keeps the legend's order (the keys of "series" are stored sorted)
     data = {"figure": "throughput", "title": title, "label": label, "op": op, "dtype": dtype_name(dtype),
             "device": chosen[0].get("device"), "datasheet_gbps": peak, "series": series,
-            "variants": names}  # the legend's order (the keys of "series" are stored sorted)
+            "variants": names, "marks": marks or {}}
     _save(fig, data, save_as, chosen, records)
     plt.close(fig)  # shown once, as the returned value, and never left open in pyplot
     return fig

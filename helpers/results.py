@@ -253,7 +253,7 @@ def label(record: dict) -> str:
         return record["variant"]
     grid = "one-shot grid" if not config.get("max_blocks_per_sm") else f"≤ {config['max_blocks_per_sm']} blocks/SM"
     threads, vectors = config["threads_per_block"], config["vectors_per_thread"]
-    return f"{record['variant']} ({threads} threads × {vectors} vectors, {grid})"
+    return f"{record['variant']} ({threads} threads × {vectors} {'vector' if vectors == 1 else 'vectors'}, {grid})"
 
 
 def find(records: list[dict], variant: str, *, config: dict | None = None, dtype=None, numel=None,

@@ -79,7 +79,7 @@ def tuning_numel(dtype: torch.dtype, free_bytes: int) -> int:
 def _label(config: tuple[int, int, int]) -> str:
     threads, vectors, blocks_per_sm = config
     grid = "one-shot" if blocks_per_sm == 0 else f"{blocks_per_sm}/SM"
-    return f"{threads} threads × {vectors} vectors, {grid}"
+    return f"{threads} threads × {vectors} {'vector' if vectors == 1 else 'vectors'}, {grid}"
 
 
 def tune(dtype: torch.dtype, device=None, numel: int | None = None) -> dict:

@@ -240,6 +240,13 @@ def test_the_datasheet_peak_is_drawn_where_the_gpu_has_one(tmp_path, sweep_recor
     assert json.loads((tmp_path / "sweep.json").read_text())["datasheet_gbps"] == 3350.0
 
 
+def test_a_marked_size_is_drawn_and_saved_with_the_figure(tmp_path, sweep_records):
+    fig = plot.throughput(sweep_records, title="t", save_as=tmp_path / "sweep", marks={"levels off": 2**20})
+    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label() == "levels off"]
+    assert list(line.get_xdata()) == [2**20, 2**20]
+    assert json.loads((tmp_path / "sweep.json").read_text())["marks"] == {"levels off": 2**20}
+
+
 def test_a_variant_keeps_its_colour_and_bars_tell_tenths_apart(sweep_records):
     """The same variant is drawn in the same colour in every figure, whichever lines are
     beside it; a bar label keeps one decimal (100.4% and 99.8% must not both read 100%);
