@@ -202,6 +202,21 @@ def test_per_call_us_counts_host_work():
     assert 0 < plain < slowed and slowed >= 200
 
 
+def test_per_call_us_times_a_compiled_function_without_compiling_it_again():
+    # Timer's default of one thread would fail dynamo's guard on the thread count: a second compile, timed.
+    compiles = []
+
+    def counting_backend(graph, example_inputs):
+        compiles.append(graph)
+        return graph.forward
+
+    x = torch.zeros(8)
+    compiled = torch.compile(lambda t: torch.neg(t) * 2, backend=counting_backend)
+    compiled(x)
+    bench.per_call_us(lambda: compiled(x), x.device, 0.02)
+    assert len(compiles) == 1
+
+
 def test_per_call_us_in_blocks_of_the_given_length(monkeypatch):
     """One short block sizes the others: about block_s of calls each (here 100 µs calls, so at
     most 200 in 20 ms), as many blocks as min_run_time_s holds and at least three."""
