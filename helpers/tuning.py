@@ -76,7 +76,8 @@ def tuning_numel(dtype: torch.dtype, free_bytes: int) -> int:
     return 1 << max(budget.bit_length() - 1, 20)
 
 
-def _label(config: tuple[int, int, int]) -> str:
+def launch_label(config: tuple[int, int, int]) -> str:
+    """A launch in words, from (threads, vectors per thread, blocks per SM; 0: one block per tile)."""
     threads, vectors, blocks_per_sm = config
     grid = "one-shot" if blocks_per_sm == 0 else f"{blocks_per_sm}/SM"
     return f"{threads} threads × {vectors} {'vector' if vectors == 1 else 'vectors'}, {grid}"
@@ -95,7 +96,7 @@ def tune(dtype: torch.dtype, device=None, numel: int | None = None) -> dict:
     torch.cuda.empty_cache()
     best = choose(rounds, round_copies)
     return {"dtype": bench.dtype_name(dtype), "numel": numel, "copy_ms": copy_ms, "config": list(best),
-            "label": _label(best), "kept_default": best == ops.default_launch_config(),
+            "label": launch_label(best), "kept_default": best == ops.default_launch_config(),
             "first_pass_window_ms": list(FIRST_PASS_WINDOW_MS), "rounds_window_ms": list(ROUNDS_WINDOW_MS),
             "times_ms": {_key(c): ms for c, ms in times.items()},
             "rounds_ms": {_key(c): ms for c, ms in rounds.items()}, "rounds_copy_ms": round_copies}
@@ -179,7 +180,7 @@ def configure(device=None, *, retune: bool = False, verbose: bool = True) -> dic
     if verbose:
         how = f"tuned now ({time.perf_counter() - start:.0f} s)" if tuned_now else "from the cache"
         print(f"selu_vectorized launch on {torch.cuda.get_device_name(device)}, {how}: "
-              + "; ".join(f"{bench.dtype_name(d)} {_label(c)}" for d, c in chosen.items()))
+              + "; ".join(f"{bench.dtype_name(d)} {launch_label(c)}" for d, c in chosen.items()))
     return chosen
 
 
