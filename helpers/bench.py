@@ -136,8 +136,8 @@ def _time_torch_benchmark(fn: Callable[[], object], device: torch.device) -> Tim
     # that another process holds stalls each parallel call by a scheduler time
     # slice (milliseconds), and on a shared or CI machine that noise swamps the op.
     # CPU numbers stand in for the GPU's and are only compared with each other.
-    # Timer runs on one thread unless told; dynamo guards the thread count, so a compiled fn would compile again.
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    timer = Timer(stmt="fn()", globals={"fn": fn})
+    timer.timeit(1)  # dynamo guards the thread count: a compiled fn compiles again for one thread, here
     measurement = timer.blocked_autorange(min_run_time=min_run_time)
     times_ms = np.asarray(measurement.times, dtype=float) * 1e3  # per-call time of each block
     timing = _timing_from_samples(times_ms, n=len(times_ms), method=METHOD_TORCH_BENCHMARK)
