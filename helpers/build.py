@@ -76,7 +76,7 @@ AUTOGRAD_KERNELS = {
 # Called with the kernel's name after each load: helpers.ops puts the operator's fast path in place.
 AFTER_LOAD: list = []
 
-# A pybind11 binding of the forward operator, cheaper per call than torch.ops' (notebook 05):
+# A pybind11 binding of the forward operator, cheaper per call than torch.ops' (appendix A8):
 # it registers nothing, so it is imported like any extension and never unloaded.
 ENTRY_SOURCE = "selu_entry.cpp"
 _ENTRIES: dict[str, ModuleType] = {}  # imported entry modules, by build name

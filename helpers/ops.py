@@ -71,7 +71,7 @@ def register_python_rule(name: str, rules: torch.library.Library) -> None:
 def enable_backward(rule: str | None = None) -> None:
     """Give every functional forward operator its gradient (:func:`register_python_rule`); the mistakes keep refusing.
     On the operators kernels/selu_autograd.cpp covers, the same rule in C++ runs unless ``rule="python"``: it
-    computes the same gradient, bit for bit, and costs far less per call (notebook 05). ``rule`` (``"python"`` or
+    computes the same gradient, bit for bit, and costs far less per call (appendix A8). ``rule`` (``"python"`` or
     ``"cpp"``) stays the choice until changed.
 
     Needs the backward kernels (``build.load("selu_backward")``): without them this raises, and says so.
@@ -138,7 +138,7 @@ def autograd_rule(name: str) -> str:
 
 def use_fast_path(kernel: str) -> None:
     """After ``build.load`` of selu_vectorized: the C++ rule (refusing until :func:`enable_backward`) and
-    the C++ entry, unless chosen otherwise; a call then costs what torch's own cost (notebook 05)."""
+    the C++ entry, unless chosen otherwise; a call then costs what torch's own cost (appendix A8)."""
     if kernel != "selu_vectorized":
         return
     if _cpp_rules is None and _rule == "cpp":
@@ -201,7 +201,7 @@ _use_entry = True  # loaded with selu_vectorized (use_fast_path), unless use_cpp
 
 
 def use_cpp_entry(enabled: bool = True) -> None:
-    """Call :func:`selu_vectorized` through kernels/selu_entry.cpp, a pybind11 binding of the operator (notebook 05;
+    """Call :func:`selu_vectorized` through kernels/selu_entry.cpp, a pybind11 binding of the operator (appendix A8;
     loaded with selu_vectorized), instead of through ``torch.ops``, whose generic binding converts each argument
     through the schema; ``enabled=False`` goes back. The entry calls the same operator through the dispatcher,
     autograd rule included; under ``torch.compile``, and for tensor subclasses, :func:`selu_vectorized` calls

@@ -1,4 +1,4 @@
-// The autograd rule of selu_vectorized in C++ (notebook 05): the same rule as the
+// The autograd rule of selu_vectorized in C++ (appendix A8): the same rule as the
 // Python one of helpers/ops.py (save x, backward = selu_backward(grad, x)), without
 // the Python.
 //

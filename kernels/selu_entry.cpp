@@ -1,5 +1,5 @@
 // A Python entry to selu_course::selu_vectorized that costs what torch.selu's own
-// binding costs (notebook 05, section 5).
+// binding costs (appendix A8).
 //
 // torch.ops.selu_course.selu_vectorized(x) is a generic binding: it serves every
 // schema, so each call walks the arguments for __torch_function__ overrides,

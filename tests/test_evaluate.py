@@ -176,3 +176,10 @@ def test_the_comparison_forgives_ulps_and_nothing_else():
         got = check.selu_reference(x_edge).float()
         got[where] = value
         assert not evaluate._compare(problem, x_edge, got, identity=False).passed, problem
+
+
+def test_message_round_trip_is_timed_through_a_live_answer_process():
+    # The empty message's round trip, which notebook 06 sets against the gap between its two timers:
+    # a started process that replied every time, in well under the judge's hang limit.
+    ms = evaluate.message_round_trip_ms(torch.device("cpu"), repeats=5)
+    assert 0 < ms < 1e3 * evaluate.TIMEOUT_S / 10
