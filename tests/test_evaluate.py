@@ -178,8 +178,19 @@ def test_the_comparison_forgives_ulps_and_nothing_else():
         assert not evaluate._compare(problem, x_edge, got, identity=False).passed, problem
 
 
-def test_message_round_trip_is_timed_through_a_live_answer_process():
+def test_message_round_trip_is_timed_through_a_live_answer_process(monkeypatch):
     # The empty message's round trip, which notebook 06 sets against the gap between its two timers:
-    # a started process that replied every time, in well under the judge's hang limit.
+    # one "ping" per repeat, each answered by the answer's process, well under the judge's hang limit.
+    replies = []
+    ask_raw = evaluate._Answer.ask_raw
+
+    def counted(answer, *message):
+        reply = ask_raw(answer, *message)
+        if message == ("ping",):
+            replies.append(reply)
+        return reply
+
+    monkeypatch.setattr(evaluate._Answer, "ask_raw", counted)
     ms = evaluate.message_round_trip_ms(torch.device("cpu"), repeats=5)
+    assert replies == [{}] * 5
     assert 0 < ms < 1e3 * evaluate.TIMEOUT_S / 10
