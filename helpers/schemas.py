@@ -36,7 +36,7 @@ SCHEMAS = {
     # notebook 04: the backward pass, grad_in = grad * d selu/dx, from the input or the output
     "selu_backward": "(Tensor grad, Tensor x) -> Tensor",
     "selu_backward_from_output": "(Tensor grad, Tensor y) -> Tensor",
-    # notebook 03's yardstick: the vectorized kernel's loop with no math, a copy (every dtype)
+    # the vectorized kernel's loop with no math, a copy (every dtype): the tests' check that the loop moves bytes only
     "copy_vectorized": "(Tensor x) -> Tensor",
     # notebook 02's latency probe: follow a chain of int64 indices (kernels/latency_chain*)
     "pointer_chase": "(Tensor next, int steps) -> Tensor",

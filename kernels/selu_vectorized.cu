@@ -89,11 +89,12 @@ __global__ void selu_scalar_kernel(const T* x, T* y, int64_t numel) {
 
 // region: copy
 // The same tile loop with no math (Identity, vectorized_loops.cuh): the bytes SELU
-// moves, moved the way the SELU kernel moves them, with the same launch. Timed
-// beside the SELU kernel and torch's copy (notebook 03), it is the memory side
-// alone: the SELU kernel's gap to it is the math's, and its gap to torch's copy
-// is the access pattern's. The type comes last among its template arguments, so
-// that a search of the PTX for "<float, 4, false, true>" finds the SELU kernel only.
+// moves, moved the way the SELU kernel moves them, with the same launch: the
+// memory side alone. Beside the SELU kernel and torch's copy, the SELU kernel's
+// gap to it is the math's, and its gap to torch's copy is the access pattern's.
+// No notebook times it; tests/test_ops.py and test_nvcc.py check it. The type
+// comes last among its template arguments, so that a search of the PTX for
+// "<float, 4, false, true>" finds the SELU kernel only.
 template <int VECTORS_PER_THREAD, bool IN_PLACE, bool ALIGNED, typename T>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock) copy_vectorized_kernel(const T* x, T* y, int64_t numel) {
   map_vectors<T, VECTORS_PER_THREAD, IN_PLACE, ALIGNED>(Identity{}, y, numel, x);
