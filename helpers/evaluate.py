@@ -262,7 +262,9 @@ class _Answer:
 def message_round_trip_ms(device, repeats: int = 50) -> float:
     """The median time of one empty message to an answer's process and back (the process waits for its device,
     then replies): what each call timed alone pays on top of its kernels."""
-    judge = _Judge(torch.float32, device, SMALL_NUMEL, seed=0)
+    if repeats < 1:
+        raise ValueError(f"message_round_trip_ms: repeats must be at least 1, got {repeats}")
+    judge = _Judge(torch.float32, check._device(device), SMALL_NUMEL, seed=0)
     answer = _Answer("ping", COPY, Verdict("ping", torch.float32, device, SMALL_NUMEL), judge)
     seconds = []
     try:

@@ -119,7 +119,7 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
     if peak is not None:
         ax.axhline(peak, linestyle=":", color="dimgray", linewidth=1.5, label=f"datasheet peak ({peak:.0f} GB/s)")
     for mark, numel in (marks or {}).items():
-        ax.axvline(numel, linestyle=":", color="tab:green", linewidth=1.5, label=mark)
+        ax.axvline(numel, linestyle="-.", color="dimgray", linewidth=1.2, label=mark)  # grey: no variant's colour
 
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=2))

@@ -252,8 +252,12 @@ def label(record: dict) -> str:
     if not config:
         return record["variant"]
     grid = "one-shot grid" if not config.get("max_blocks_per_sm") else f"≤ {config['max_blocks_per_sm']} blocks/SM"
-    threads, vectors = config["threads_per_block"], config["vectors_per_thread"]
-    return f"{record['variant']} ({threads} threads × {vectors} {'vector' if vectors == 1 else 'vectors'}, {grid})"
+    return f"{record['variant']} ({launch_words(config['threads_per_block'], config['vectors_per_thread'])}, {grid})"
+
+
+def launch_words(threads: int, vectors: int) -> str:
+    """A block's shape in words, as every launch label says it: "256 threads × 1 vector"."""
+    return f"{threads} threads × {vectors} {'vector' if vectors == 1 else 'vectors'}"
 
 
 def find(records: list[dict], variant: str, *, config: dict | None = None, dtype=None, numel=None,

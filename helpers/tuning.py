@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from . import bench, build, env, ops
+from . import bench, build, env, ops, results
 
 CACHE_DIR = env.BUILD_DIR / "tuning"
 THREADS = (128, 256, 512)
@@ -80,7 +80,7 @@ def launch_label(config: tuple[int, int, int]) -> str:
     """A launch in words, from (threads, vectors per thread, blocks per SM; 0: one block per tile)."""
     threads, vectors, blocks_per_sm = config
     grid = "one-shot" if blocks_per_sm == 0 else f"{blocks_per_sm}/SM"
-    return f"{threads} threads × {vectors} {'vector' if vectors == 1 else 'vectors'}, {grid}"
+    return f"{results.launch_words(threads, vectors)}, {grid}"
 
 
 def tune(dtype: torch.dtype, device=None, numel: int | None = None) -> dict:

@@ -194,3 +194,8 @@ def test_message_round_trip_is_timed_through_a_live_answer_process(monkeypatch):
     ms = evaluate.message_round_trip_ms(torch.device("cpu"), repeats=5)
     assert replies == [{}] * 5
     assert 0 < ms < 1e3 * evaluate.TIMEOUT_S / 10
+
+
+def test_message_round_trip_refuses_no_repeats():
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        evaluate.message_round_trip_ms(torch.device("cpu"), repeats=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import bench, build, env, ops, tuning
+from helpers import bench, build, env, ops, results, tuning
 
 DEFAULT = (128, 2, 0)  # a launch to stand for the default in choose's tests
 
@@ -117,3 +117,11 @@ def test_the_first_pass_ranks_in_a_short_window_and_the_rounds_take_turns_in_the
     assert len(round_copies) == tuning.ROUNDS and ops.default_launch_config() in rounds
     assert all(len(ms) == tuning.ROUNDS for ms in rounds.values()) and bench.COPY not in rounds
     assert first[0] < full[0] and first[1] < full[1] and tuning.ROUNDS_WINDOW_MS[1] < full[1]
+
+
+def test_a_launch_reads_the_same_in_the_tuner_and_in_the_records():
+    # One vector per thread is singular in both, and both say the block's shape in the same words.
+    assert tuning.launch_label((256, 1, 0)) == "256 threads × 1 vector, one-shot"
+    assert tuning.launch_label((128, 2, 8)) == "128 threads × 2 vectors, 8/SM"
+    record = {"variant": "selu_vectorized", "config": bench.launch_config(256, 1, 0)}
+    assert results.label(record) == "selu_vectorized (256 threads × 1 vector, one-shot grid)"
