@@ -124,7 +124,7 @@ class Worker:
     def __init__(self, path: str, buffers: dict[str, torch.Tensor]):
         global _cuda
         _cuda = _device(buffers["final"]).type == "cuda"
-        self.buffers, self.kept, self.previous, self.y = buffers, [], None, None
+        self.buffers, self.kept, self.previous, self.y, self.earlier = buffers, [], None, None, None
         self.l2 = _L2(_cuda)
         self.watched = _snapshot()
         self.stream = _get_stream(_device(buffers["final"]).index) if _cuda else None
@@ -154,9 +154,10 @@ class Worker:
             self.y = self.model(x)
         return self.collect(x, stream_check)
 
-    def collect(self, x: torch.Tensor, stream_check: bool) -> dict:
-        """What the call did, and its result copied into the judge's ``final`` buffer."""
-        y, reply = self.y, self._findings()
+    def collect(self, x: torch.Tensor, stream_check: bool, earlier: bool = False) -> dict:
+        """What the call did, and its result copied into the judge's ``final`` buffer (``earlier``: the
+        result of the call before the last of a back-to-back run, still held)."""
+        y, reply = (self.earlier if earlier else self.y), self._findings()
         if _cuda:
             _set_stream(*self.stream)  # the caller's stream, whatever the answer left current
             if stream_check:  # once the caller's stream is done, is the device idle?
@@ -198,10 +199,13 @@ class Worker:
         x = self._input(spec)
         aliased = False
         for _ in range(calls):
+            # The output two calls back is freed before each call, as a loop that holds one output frees it;
+            # the one before the last is held all the same, so the judge checks it after the run.
+            self.earlier = None
             y = self.model(x)
             aliased = aliased or (self.y is not None and _type(y) is _Tensor and _type(self.y) is _Tensor
                                   and _overlaps(_span(y), _span(self.y)))
-            self.y = y
+            self.earlier, self.y = self.y, y
         _synchronize_device()
         return {"aliased": aliased}
 
@@ -246,9 +250,9 @@ def serve(connection, path: str) -> None:
             elif message == "timed":
                 reply = worker.timed(*args)
             elif message == "collect":
-                reply = worker.collect(worker._input(args[0]), stream_check=False)
+                reply = worker.collect(worker._input(args[0]), stream_check=False, earlier=args[1:] == ["earlier"])
             elif message == "forget":  # ("forget", True): and give the memory back, for the next answer's turn
-                worker.kept, worker.previous, worker.y = [], None, None
+                worker.kept, worker.previous, worker.y, worker.earlier = [], None, None, None
                 if _cuda and args and args[0]:
                     _empty_cache()
                 reply = {}

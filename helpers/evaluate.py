@@ -8,7 +8,8 @@ answer can replace any function in its own process and none here.
 
 The checks, in order: small inputs of both signs, special values, odd shapes and views, each called twice
 (``trials`` rounds of fresh ones, then :data:`USE_CALLS` more, as a benchmark's warm-up calls); the problem size,
-untimed; then the timed calls at the problem size, every one verified. Each failure is a named finding
+untimed; then the timed calls at the problem size: every flushed call verified, and the last two of each
+back-to-back run, read after it. Each failure is a named finding
 (:data:`FINDINGS`); where an answer was right before, a replay of its first input tells a changed answer (``changes
 with use``) from one wrong only at the problem size or only when timed."""
 from __future__ import annotations
@@ -421,7 +422,8 @@ class _Judge:
     # region: timed
     def timed(self, answer: _Answer, calls: int) -> float | None:
         """Milliseconds per call of ``calls`` calls on a fresh input, L2 flushed, from this process's
-        clock; the last result verified (None where it was wrong)."""
+        clock; the last two results verified after the run (None where one was wrong). The run's length
+        is secret, so no call knows whether it will be checked."""
         self.fresh_big()
         self.flush.zero_()
         self.written()
@@ -437,6 +439,10 @@ class _Judge:
         right = self.judge(answer, answer.ask_raw("collect", self.big_spec), self.big_spec, self.pristine,
                            f"timed call ({calls} back to back)" if calls > 1 else "timed call", "timed",
                            identity=answer.name == COPY_ROW)
+        if right and calls > 1:  # the call before the last, read after the last: skipped work or overwritten
+            right = self.judge(answer, answer.ask_raw("collect", self.big_spec, "earlier"), self.big_spec,
+                               self.pristine, f"timed call {calls - 1} of {calls} back to back, read after the last",
+                               "timed", identity=answer.name == COPY_ROW)
         answer.ask_raw("forget")  # its outputs freed: the next call reuses their memory, as a model's does
         return ms if right else None
     # endregion

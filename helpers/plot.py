@@ -95,7 +95,7 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
     """GB/s versus elements, one line per variant (``variants`` picks and orders them): the median
     with its 20th-80th percentile band, the copy dashed black, the datasheet's peak dotted grey
     (no kernel can cross it); ``label`` is a subtitle, e.g. the records' ``source``; ``marks``
-    draws a dotted vertical line at each size, with its name in the legend."""
+    draws a grey dash-dot vertical line at each size, with its name in the legend."""
     chosen = _select(records, dtype=dtype, op=op)
     names = variants if variants is not None else list(dict.fromkeys(results.label(r) for r in chosen))
     missing = [n for n in names if not any(results.label(r) == n for r in chosen)]

@@ -48,7 +48,8 @@ def test_every_cpu_cheat_is_caught_by_name(name):
 
 
 def test_the_naive_judge_passes_what_the_judge_catches():
-    for name in ("scale_only", "size_gated", "call_gated", "partial", "patches_timer", "patched_sync", "timing_gated"):
+    for name in ("scale_only", "size_gated", "call_gated", "partial", "patches_timer", "patched_sync", "timing_gated",
+                 "overwrites_earlier_output"):
         naive = gallery.naive_judge(CHEATS[name].path, device="cpu", numel=2**20, trials=2, reps=2)
         assert naive.correct and naive.numel == 2**20, name
     assert not gallery.naive_judge(CHEATS["zeros"].path, device="cpu", numel=4096, trials=1, reps=1).correct
