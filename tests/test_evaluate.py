@@ -200,3 +200,19 @@ def test_message_round_trip_is_timed_through_a_live_answer_process(monkeypatch):
 def test_message_round_trip_refuses_no_repeats():
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         evaluate.message_round_trip_ms(torch.device("cpu"), repeats=0)
+
+
+def test_a_back_to_back_run_holds_one_earlier_output_during_each_call(tmp_path):
+    # As a loop that keeps its last result: during each call at the problem size the caller holds one earlier
+    # output, no more, so the timed loop's memory is a model's; the run's last two are read only after it.
+    path = _answer(tmp_path, """
+import weakref
+y = torch.selu(x)
+if x.numel() >= 2**20:  # problem-size outputs only: the judge keeps the small ones alive on purpose
+    self.outputs = [ref for ref in getattr(self, "outputs", []) if ref() is not None]
+    if len(self.outputs) > 1:
+        raise RuntimeError(f"{len(self.outputs)} earlier outputs alive during a call")
+    self.outputs.append(weakref.ref(y))
+return y""")
+    verdict = evaluate.evaluate(path, device="cpu", trials=1)
+    assert verdict.passed and verdict.back_to_back_ms, str(verdict)
