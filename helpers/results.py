@@ -261,10 +261,11 @@ def launch_words(threads: int, vectors: int) -> str:
 
 
 def find(records: list[dict], variant: str, *, config: dict | None = None, dtype=None, numel=None,
-         op: str = "forward") -> dict | None:
-    """The first record of ``variant`` (with exactly ``config``) and, where given, ``dtype`` and ``numel``."""
+         op: str = "forward", experiment: str | None = None) -> dict | None:
+    """The first record of ``variant`` (with exactly ``config`` and ``experiment``, see
+    :class:`helpers.bench.Variant`) and, where given, ``dtype`` and ``numel``."""
     for r in _select(records, numel=numel, dtype=dtype, op=op):
-        if r["variant"] == variant and r.get("config") == config:
+        if r["variant"] == variant and r.get("config") == config and r.get("experiment") == experiment:
             return r
     return None
 

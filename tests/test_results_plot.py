@@ -90,6 +90,9 @@ def test_save_keeps_apart_two_experiments_that_time_one_launch(tmp_path):
     stored = sorted((r["run"], r.get("experiment"), r["median_ms"])
                     for r in results.load("h100") if r["variant"] == "vec")
     assert stored == [("control", "control", 2.0), ("sweep-2", None, 2.4)]  # the sweep's own record is replaced
+    loaded = results.load("h100")  # find names the experiment, or takes the record that has none
+    assert results.find(loaded, "vec", config=launch, experiment="control")["median_ms"] == 2.0
+    assert results.find(loaded, "vec", config=launch)["median_ms"] == 2.4
     measured = bench.measure({"v": bench.Variant(torch.neg, "vec", launch, experiment="control")}, 2**10, device="cpu")
     assert [r.get("experiment") for r in measured] == [None, "control"]  # the copy, then the variant
 
