@@ -74,7 +74,6 @@ def as_answer(fn) -> str:
 # endregion
 
 
-# region: naive
 @contextlib.contextmanager
 def in_process(path):
     """``ModelNew()`` of the answer at ``path``, imported into this process as a naive judge does;
@@ -105,6 +104,7 @@ def naive_judge(path, *, dtype: torch.dtype = torch.float32, device=None, numel:
         torch.cuda.init()  # before in_process reads the L2 set-aside
         torch.cuda.empty_cache()  # the last answer's memory back: every answer is judged at the same size
     numel = numel or env.problem_numel(dtype, tensors=e.PARENT_TENSORS)[0]
+    # region: naive_judge
     with contextlib.suppress(Exception), in_process(path) as model:
         correct = True
         for trial in range(trials):
@@ -132,5 +132,5 @@ def naive_judge(path, *, dtype: torch.dtype = torch.float32, device=None, numel:
                 model(x)
                 times.append((time.perf_counter() - begin) * 1e3)
         return NaiveVerdict(correct, float(np.median(times)), numel)
+    # endregion
     return NaiveVerdict(False, math.nan, numel)
-# endregion

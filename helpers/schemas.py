@@ -271,6 +271,7 @@ class SeluInPlace(torch.autograd.Function):
     def backward(ctx, grad):
         (y,) = ctx.saved_tensors
         return torch.ops.selu_course.selu_backward_from_output.default(grad, y)
+# endregion
 
 
 def _register_in_place(name: str) -> None:
@@ -290,7 +291,6 @@ def _register_in_place(name: str) -> None:
         torch.autograd.graph.increment_version(x)
 
     LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
-# endregion
 
 
 def _forbid_gradients_out(name: str) -> None:

@@ -196,7 +196,9 @@ void launch_elements(unsigned int blocks, int threads, c10::cuda::CUDAStream str
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+// endregion
 
+// region: launch_vectorized
 template <bool COPY, typename T, int VECTORS_PER_THREAD>
 void launch_vectorized(const T* x, T* y, int64_t numel, const LaunchConfig& config, c10::cuda::CUDAStream stream) {
   // The head: the elements before y's first 16-byte boundary (none for a fresh
