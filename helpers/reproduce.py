@@ -131,6 +131,18 @@ ENTRY = "entry"  # prebuild's name for the C++ entry (helpers.build.load_entry)
 PREBUILT_ENV_VAR = "HELPERS_PREBUILT"
 
 
+NOTEBOOK_CPUS = 2  # CPUs that builds leave to the notebook running beside them
+
+
+def _build_cpus() -> set[int]:
+    """The CPUs a build may use: all of this process's but the first NOTEBOOK_CPUS where at least
+    twice as many remain. A notebook that times small kernels beside the builds then finds a CPU
+    free: a host thread that waits for one stretches do_bench's small-size times (a launch queued
+    late leaves the GPU idle between the timing events)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return set(cpus[NOTEBOOK_CPUS:]) if len(cpus) >= 3 * NOTEBOOK_CPUS else set(cpus)
+
+
 class Builds:
     """Builds running at once, each in a process of its own: ``kernels`` (names of
     helpers.build.KERNELS or AUTOGRAD_KERNELS, or :data:`ENTRY`; by default every kernel
@@ -165,7 +177,8 @@ class Builds:
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(env.REPO_ROOT), environment.get("PYTHONPATH")]))
         # Each build runs ninja with this many jobs; together they fill the machine about once
         # (at least 2: an inline extension compiles its C++ and its CUDA file side by side).
-        environment["MAX_JOBS"] = str(max(2, (os.cpu_count() or 2) // len(scripts)))
+        build_cpus = _build_cpus()
+        environment["MAX_JOBS"] = str(max(2, len(build_cpus) // len(scripts)))
         self.progress, self.started, self.failed, self.done_after_s = progress, time.perf_counter(), {}, {}
         if progress:  # a cold build takes a minute or more: say what is being built, then each as it ends
             print(f"building {len(scripts)} at once: {', '.join(scripts)}", flush=True)
@@ -176,7 +189,9 @@ class Builds:
             # stderr to a file, not a pipe: a full pipe would stall a build until it is read.
             with open(Path(scratch) / f"{number}.stderr", "w") as stderr:
                 self._running[label] = (subprocess.Popen(command, cwd=env.REPO_ROOT, env=environment,
-                                                         stdout=subprocess.DEVNULL, stderr=stderr), stderr.name)
+                                                         stdout=subprocess.DEVNULL, stderr=stderr,
+                                                         preexec_fn=lambda: os.sched_setaffinity(0, build_cpus)),
+                                        stderr.name)
         threading.Thread(target=self._watch, daemon=True).start()  # each one timed and said as it ends
 
     def _watch(self) -> None:

@@ -261,3 +261,11 @@ def test_notebook_02s_first_build_job_runs_on_its_own(tmp_path):
     executed = nbformat.read(path, as_version=4)
     assert not [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert "imported relu_inline_" in "".join(o.get("text", "") for o in executed.cells[-1].outputs)
+
+
+def test_builds_leave_two_cpus_to_the_notebook_beside_them(monkeypatch):
+    """A notebook times small kernels while the builds run: its host thread must find a CPU free."""
+    monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert reproduce._build_cpus() == set(range(2, 16))
+    monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert reproduce._build_cpus() == {0, 1, 2, 3}  # too few to spare two: the builds take them all
