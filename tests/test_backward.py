@@ -355,8 +355,10 @@ def in_place_network(selu_in_place, seed: int = 0):
 def test_in_place_network_matches_torch(backward_enabled):
     loss_torch, grads_torch = in_place_network(torch.selu_)
     loss_course, grads_course = in_place_network(ops.selu_vectorized_)
-    assert torch.equal(loss_course, loss_torch)
-    for ours, theirs in zip(grads_course, grads_torch):  # a CPU's expm1 rounds apart from torch's by ulps
+    # A CPU's expm1 rounds apart from torch's vectorized one by ulps, depending on the CPU's vector
+    # instructions (bit-identical on one machine, not on another): the loss to within float32 rounding.
+    torch.testing.assert_close(loss_course, loss_torch, rtol=1e-6, atol=0)
+    for ours, theirs in zip(grads_course, grads_torch):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6 * float(theirs.abs().max()))
 
 
