@@ -23,6 +23,7 @@ RECORD_KEY = ("variant", "config", "op", "dtype", "numel", "experiment")  # expe
 DERIVED_FIELDS = ("pct_of_copy",)  # computed on reading, never written
 SIGNIFICANT_DIGITS = 6  # far finer than run-to-run noise; keeps the JSON readable
 GPUS = ("h100", "h200")  # the GPUs whose records the course commits
+LEVEL_PCT = 98  # a kernel at >= this % of the copy's throughput (pct_of_copy) is "level with the copy", in every notebook
 
 
 def results_dir() -> Path:

@@ -40,7 +40,7 @@ SCHEMAS = {
     "copy_vectorized": "(Tensor x) -> Tensor",
     # notebook 02's latency probe: follow a chain of int64 indices (kernels/latency_chain*)
     "pointer_chase": "(Tensor next, int steps) -> Tensor",
-    # notebook 02's first drafts: wrong on purpose (kernels/mistakes*.c*)
+    # appendix A9's first drafts: wrong on purpose (kernels/mistakes*.c*)
     "mistake_missing_minus_one": "(Tensor x) -> Tensor",
     "mistake_expf_minus_one": "(Tensor x) -> Tensor",
     "mistake_legacy_default_stream": "(Tensor x) -> Tensor",
@@ -76,7 +76,7 @@ IN_PLACE_OPS = ("selu_vectorized_",)  # write into their input: an Autograd-key 
 FORWARD_OPS = tuple(name for name in SCHEMAS
                     if "." not in name and name not in BACKWARD_OPS + IN_PLACE_OPS + COPY_OPS + PROBE_OPS)
 # The functional operators that map each element on its own, as torch.selu does: tagged
-# pointwise, batched by vmap in one call. (The first drafts of notebook 02 are left out.)
+# pointwise, batched by vmap in one call. (The first drafts of appendix A9 are left out.)
 POINTWISE_OPS = tuple(name for name in FORWARD_OPS + COPY_OPS + BACKWARD_OPS if not name.startswith("mistake_"))
 
 # region: define

@@ -1,4 +1,4 @@
-// MISTAKES, ON PURPOSE: the CUDA implementations of notebook 02's first-draft
+// MISTAKES, ON PURPOSE: the CUDA implementations of appendix A9's first-draft
 // operators. The kernel is selu_naive.cuh's; what is wrong is the math
 // (mistakes_math.cuh) or the launch (below). Each is an operator of its own, so
 // that a notebook can run it next to the right one and a test can catch it.

@@ -1,4 +1,4 @@
-// MISTAKES, ON PURPOSE: the CPU implementations of notebook 02's first-draft
+// MISTAKES, ON PURPOSE: the CPU implementations of appendix A9's first-draft
 // operators, so that every operator runs on every device. The wrong math is
 // the same as on the GPU (mistakes_math.cuh). Of the launch mistakes, the 32-bit
 // count and index are wrong here too (the loop stops at the narrowed count, or at

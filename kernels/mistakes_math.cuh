@@ -1,4 +1,4 @@
-// MISTAKES, ON PURPOSE. The first drafts of SELU's scalar math that notebook 02
+// MISTAKES, ON PURPOSE. The first drafts of SELU's scalar math that appendix A9
 // runs, measures and fixes, kept apart from the production math (selu_math.cuh)
 // so that no real kernel can call them by accident. Each is an element functor
 // of the same shape as selu_math.cuh's SeluOp, so one kernel template runs both.
