@@ -30,6 +30,8 @@ REFERENCE_DEVICE_SLUG = "h100"  # the committed records in results/h100
 # GPU: the H100 SXM5 80 GB (HBM3) and the H200 SXM (HBM3e). No measured time can beat
 # bytes / this; a GPU not listed has no such bound here.
 DATASHEET_BANDWIDTH_GBPS = {"NVIDIA H100 80GB HBM3": 3350.0, "NVIDIA H200": 4800.0}
+# Element-instructions a second, both GPUs alike: 132 SMs x 4 warp-instructions a cycle x 32 threads x 1.98 GHz (boost)
+DATASHEET_ISSUE_PER_S = 132 * 4 * 32 * 1.98e9
 
 
 def torch_floor() -> str:
