@@ -225,11 +225,12 @@ def device_name(device: torch.device | str | None = None) -> str:
     return platform.processor() or "cpu"
 
 
-def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timing, device: torch.device,
+def record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timing, device: torch.device,
             run: str, config: dict | None = None, experiment: str | None = None) -> dict:
+    """One timing as the course's JSON record: what was timed, its times and throughput, where and when."""
     reads, writes = TENSORS_READ_WRITTEN[op]
     nbytes = bytes_moved(numel, dtype, reads, writes)
-    record = {
+    row = {
         "variant": variant, "op": op, "dtype": dtype_name(dtype), "numel": int(numel), "bytes": nbytes,
         "median_ms": timing.median_ms, "q20_ms": timing.q20_ms, "q80_ms": timing.q80_ms,
         "gbps": gbps(nbytes, timing.median_ms),
@@ -240,8 +241,13 @@ def _record(variant: str, op: str, dtype: torch.dtype, numel: int, timing: Timin
         "run": run, "config": config,  # the records of one measure() call share a run: ratios are taken within it
     }  # fmt: skip
     if experiment:  # only where one is named: every other record keeps its fields
-        record["experiment"] = experiment
-    return record
+        row["experiment"] = experiment
+    return row
+
+
+def new_run() -> str:
+    """A run's name: the records timed together share it, and ratios are taken within one run."""
+    return f"{datetime.datetime.now():%Y-%m-%dT%H:%M:%S}-{secrets.token_hex(3)}"  # unique, and sorts by time
 
 
 # --------------------------------------------------------------------------- measuring
@@ -264,11 +270,11 @@ def measure(variants: dict[str, Callable[[torch.Tensor], torch.Tensor]], numel: 
         raise ValueError(f"x has {x.numel()} elements, numel says {numel}")
     dtype, device = x.dtype, x.device
 
-    run = f"{datetime.datetime.now():%Y-%m-%dT%H:%M:%S}-{secrets.token_hex(3)}"  # unique, and sorts by time
+    run = new_run()
     records = []
     if include_copy:
         copy = roofline_copy(op, x)
-        records.append(_record(COPY, op, dtype, numel, time_fn(copy, device=device, window_ms=window_ms), device, run))
+        records.append(record(COPY, op, dtype, numel, time_fn(copy, device=device, window_ms=window_ms), device, run))
         # Its buffers go back to torch's caching allocator, which hands the same blocks to
         # the variants' outputs. (No gc.collect per variant: with torch.compile loaded one
         # takes about 0.2 s, longer than timing a variant at a small size.)
@@ -277,7 +283,7 @@ def measure(variants: dict[str, Callable[[torch.Tensor], torch.Tensor]], numel: 
         # Each call's output is dropped before the next call, so at most one lives at a time.
         timing = time_fn(lambda fn=fn: fn(x), device=device, window_ms=window_ms)
         variant = fn if isinstance(fn, Variant) else Variant(fn, label)
-        records.append(_record(variant.name, op, dtype, numel, timing, device, run, variant.config, variant.experiment))
+        records.append(record(variant.name, op, dtype, numel, timing, device, run, variant.config, variant.experiment))
     return records
 
 
@@ -340,7 +346,7 @@ PROBE_CALLS = 10  # per_call_us's first block, which sizes the others
 
 def gpu_kernels(fn: Callable[[], object], calls: int = 1) -> list[tuple[str, float]]:
     """The GPU kernels of ``calls`` calls of ``fn()``, each as (name, µs) on ``torch.profiler``'s clock: the GPU's own
-    time, without the host's time between kernels (notebooks 01, 02 and 05)."""
+    time, without the host's time between kernels (notebooks 02 and 05, appendix A7)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], acc_events=True) as profile:
         for _ in range(calls):
             fn()

@@ -260,25 +260,6 @@ class _Answer:
             self.alive = False
 
 
-def message_round_trip_ms(device, repeats: int = 50) -> float:
-    """The median time of one empty message to an answer's process and back (the process waits for its device,
-    then replies): what each call timed alone pays on top of its kernels."""
-    if repeats < 1:
-        raise ValueError(f"message_round_trip_ms: repeats must be at least 1, got {repeats}")
-    judge = _Judge(torch.float32, check._device(device), SMALL_NUMEL, seed=0)
-    answer = _Answer("ping", COPY, Verdict("ping", torch.float32, device, SMALL_NUMEL), judge)
-    seconds = []
-    try:
-        for _ in range(repeats):
-            start = time.perf_counter()
-            if answer.ask_raw("ping") is None:
-                raise RuntimeError(f"the answer's process stopped replying: {answer.verdict}")
-            seconds.append(time.perf_counter() - start)
-    finally:
-        answer.stop()
-    return 1e3 * float(np.median(seconds))
-
-
 def start_answer_server():
     """Start the server that forks each answer's process, in the background (it imports torch once, some
     seconds), so that a notebook's first evaluation finds it running; returns its multiprocessing context."""

@@ -1,8 +1,7 @@
-"""The course's two figures from benchmark records: :func:`throughput` (GB/s versus size, the copy dashed) and
-:func:`roofline_bars` (each variant as a % of the copy at one size).
+"""The course's figure from benchmark records: :func:`throughput` (GB/s versus size, the copy dashed).
 
-Each returns its Figure, closed (Jupyter shows it once, as the cell's value; a script opens no window), and with
-``save_as`` writes a PNG and the plotted numbers as JSON beside it, so that a figure's claim can be checked without
+It returns its Figure, closed (Jupyter shows it once, as the cell's value; a script opens no window), and with
+``save_as`` writes a PNG and the plotted numbers as JSON beside it, so that the figure's claim can be checked without
 reading pixels."""
 from __future__ import annotations
 
@@ -138,41 +137,4 @@ def throughput(records: list[dict], *, title: str, dtype="float32", op: str = "f
             "variants": names, "marks": marks or {}}
     _save(fig, data, save_as, chosen, records)
     plt.close(fig)  # shown once, as the returned value, and never left open in pyplot
-    return fig
-
-
-def roofline_bars(records: list[dict], *, numel: int, dtype="float32", op: str = "forward", title: str,
-                  save_as: str | Path | None = None, label: str | None = None) -> Figure:
-    """Each variant's throughput as a % of the copy's at ``numel`` elements, as horizontal bars (fastest on top)
-    against a line at 100% (torch's copy), and one at the datasheet's peak bandwidth where the GPU has one."""
-    chosen = results.with_roofline_ratios(_select(records, dtype=dtype, op=op, numel=numel))
-    copy = next((r for r in chosen if r["variant"] == COPY), None)
-    bars = [r for r in chosen if r["variant"] != COPY]
-    if copy is None or not bars or any(r["pct_of_copy"] is None for r in bars):
-        raise ValueError(f"need a {COPY!r} record and at least one variant measured with it at numel={numel}")
-    bars.sort(key=lambda r: r["pct_of_copy"])  # barh draws upwards: the fastest ends on top
-
-    fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.45 * len(bars)), layout="constrained")
-    pct = [r["pct_of_copy"] for r in bars]
-    drawn = ax.barh([results.label(r) for r in bars], pct, color=[variant_color(results.label(r)) for r in bars],
-                    alpha=0.8)
-    ax.bar_label(drawn, labels=[f"{p:.1f}%" for p in pct], padding=3, fontsize=8)  # 100.4% and 99.8% differ
-    ax.axvline(100, color="black", linestyle="--", linewidth=1.5,
-               label=f"{COPY_LABELS[op].removesuffix(' (yardstick)')} = 100% ({copy['gbps']:.0f} GB/s)")
-    peak = datasheet_gbps(chosen)
-    peak_pct = None if peak is None else 100 * peak / copy["gbps"]
-    if peak_pct is not None:
-        ax.axvline(peak_pct, color="dimgray", linestyle=":", linewidth=1.5,
-                   label=f"datasheet peak = {peak_pct:.1f}% ({peak:.0f} GB/s)")
-    ax.set_xlim(0, max(115, max(pct) * 1.15, (peak_pct or 0) * 1.05))  # room for the labels past the longest bar
-    ax.set_xlabel(f"% of copy throughput, {numel:,} {dtype_name(dtype)} elements")
-    fig.legend(fontsize=8, loc="outside lower center", ncols=2)  # below the axes: no bar or label hidden
-    _titles(fig, ax, title, label)
-
-    data = {"figure": "roofline_bars", "title": title, "label": label, "op": op, "dtype": dtype_name(dtype),
-            "numel": numel, "device": copy.get("device"), "copy_gbps": copy["gbps"], "datasheet_gbps": peak,
-            "bars": [{"variant": r["variant"], "config": r.get("config"), "pct_of_copy": r["pct_of_copy"],
-                      "gbps": r["gbps"], "median_ms": r["median_ms"]} for r in bars]}
-    _save(fig, data, save_as, chosen, records)
-    plt.close(fig)
     return fig

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from . import env
-from .bench import COPY, TRITON, dtype_name
+from .bench import COPY, METHOD_DO_BENCH, TRITON, Timing, dtype_name, new_run, record
 
 RESULTS_ENV_VAR = "HELPERS_RESULTS_DIR"
 BENCHMARKS_FILE = "benchmarks.json"
@@ -209,6 +209,45 @@ def reference(*, variants=None, dtype=None, numel: int | None = None, op: str = 
     if not chosen:
         return Records([], source=f"no committed {slug.upper()} records of these yet", measured=False)
     return Records(chosen, source=f"reference: {reference_label(chosen)}", measured=False)
+
+
+QUANTILES = [0.5, 0.2, 0.8]  # do_bench(fn, quantiles=QUANTILES): the median, 20th and 80th percentile ms
+
+
+def save_times(times: dict[str, tuple[float, float, float]], x: torch.Tensor, *, op: str = "forward",
+               experiment: str | None = None) -> list[dict]:
+    """Save one run of a notebook's own timings as records, for a run without a GPU to read back
+    (:func:`committed_times`): ``times`` maps each name, the yardstick under ``"copy"`` among them, to what
+    ``triton.testing.do_bench(fn, quantiles=QUANTILES)`` returned for it on ``x``."""
+    if COPY not in times:
+        raise ValueError(f"times must hold the yardstick under {COPY!r}: every record is read as a ratio to it")
+    run = new_run()
+    records = [record(name, op, x.dtype, x.numel(), Timing(*map(float, quantiles), n=None, method=METHOD_DO_BENCH),
+                      x.device, run, experiment=None if name == COPY else experiment)
+               for name, quantiles in times.items()]
+    save(records)
+    return records
+
+
+def committed_times(names, *, numel: int | None, dtype, op: str = "forward", experiment: str | None = None,
+                    slug: str = env.REFERENCE_DEVICE_SLUG) -> tuple[dict[str, tuple[float, float, float]], str]:
+    """What :func:`save_times` saved, read back from ``slug``'s committed records: of the runs at ``numel`` (None:
+    any size) and ``dtype`` that timed some of ``names``, the one that timed most (the newest of equals), as the same
+    ``{name: (median, q20, q80)}`` with its copy under ``"copy"`` (a name it lacks is absent), and a line
+    saying where the times come from."""
+    rows = _select(load_reference(slug), numel=numel, dtype=dtype, op=op)
+    runs: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        if r["variant"] in names and r.get("experiment") == experiment and r.get("config") is None:
+            runs.setdefault(r.get("run") or "", {})[r["variant"]] = r
+    run = max(runs, key=lambda name: (len(runs[name]), name), default=None)
+    copy = next((r for r in rows if r["variant"] == COPY and run is not None and r.get("run") == run), None)
+    if copy is None:
+        return {}, f"no GPU here, and no committed {slug.upper()} run of these yet"
+    found = {COPY: copy, **runs[run]}
+    times = {name: (r["median_ms"], r["q20_ms"], r["q80_ms"]) for name, r in found.items()}
+    return times, (f"no GPU here: the committed {slug.upper()} run of {copy['date']} on {copy['device']}, "
+                   f"{copy['numel']:,} elements")
 
 
 # --------------------------------------------------------------------------- tables

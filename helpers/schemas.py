@@ -23,7 +23,7 @@ SCHEMAS = {
     # notebook 02: one thread per element, float32 only
     "selu_naive": "(Tensor x) -> Tensor",
     "selu_naive.out": "(Tensor x, *, Tensor(a!) out) -> ()",
-    # notebook 02's control experiment (rerun in notebook 03): the naive kernel with several independent loads per thread
+    # notebook 02's control experiment: the naive kernel with several independent loads per thread
     "selu_naive_unrolled": "(Tensor x, int elements_per_thread) -> Tensor",
     # notebook 03: 16-byte vectors, every floating dtype
     "selu_vectorized": "(Tensor x) -> Tensor",

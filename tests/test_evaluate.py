@@ -179,29 +179,6 @@ def test_the_comparison_forgives_ulps_and_nothing_else():
         assert not evaluate._compare(problem, x_edge, got, identity=False).passed, problem
 
 
-def test_message_round_trip_is_timed_through_a_live_answer_process(monkeypatch):
-    # The empty message's round trip, which notebook 06 sets against the gap between its two timers:
-    # one "ping" per repeat, each answered by the answer's process, well under the judge's hang limit.
-    replies = []
-    ask_raw = evaluate._Answer.ask_raw
-
-    def counted(answer, *message):
-        reply = ask_raw(answer, *message)
-        if message == ("ping",):
-            replies.append(reply)
-        return reply
-
-    monkeypatch.setattr(evaluate._Answer, "ask_raw", counted)
-    ms = evaluate.message_round_trip_ms(torch.device("cpu"), repeats=5)
-    assert replies == [{}] * 5
-    assert 0 < ms < 1e3 * evaluate.TIMEOUT_S / 10
-
-
-def test_message_round_trip_refuses_no_repeats():
-    with pytest.raises(ValueError, match="repeats must be at least 1"):
-        evaluate.message_round_trip_ms(torch.device("cpu"), repeats=0)
-
-
 def test_a_back_to_back_run_holds_one_earlier_output_during_each_call(tmp_path):
     # As a loop that keeps its last result: during each call at the problem size the caller holds one earlier
     # output, no more, so the timed loop's memory is a model's; the run's last two are read only after it.

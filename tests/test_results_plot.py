@@ -24,7 +24,7 @@ def record(variant, numel, median_ms, *, dtype="float32", op="forward", slug="h1
            config=None, experiment=None):
     """A record as bench.measure makes it, with a chosen time (q20/q80 +-spread)."""
     timing = bench.Timing(median_ms, median_ms * (1 - spread), median_ms * (1 + spread), 100, "test")
-    r = bench._record(variant, op, bench._as_dtype(dtype), numel, timing, torch.device("cpu"), run, config, experiment)
+    r = bench.record(variant, op, bench._as_dtype(dtype), numel, timing, torch.device("cpu"), run, config, experiment)
     r.update(device_slug=slug, device="Test GPU 80GB", date="2026-11-20")
     return r
 
@@ -177,7 +177,6 @@ def test_committed_records_shown_elsewhere_are_not_filed_again(tmp_path, sweep_r
     """make reproduce on a CPU shows the committed GPU records; it must not write them as its own."""
     shown = results.Records(sweep_records, source="no GPU here; reference", measured=False)
     plot.throughput(shown, title="SELU forward", save_as="throughput")
-    plot.roofline_bars(shown, numel=2**24, title="SELU forward", save_as="bars")
     assert not list(tmp_path.rglob("*.png"))
     plot.throughput(results.Records(sweep_records, source="measured in this run", measured=True),
                     title="SELU forward", save_as="throughput")
@@ -214,29 +213,10 @@ def test_throughput_picks_variants_and_refuses_mixed_devices(tmp_path, sweep_rec
         plot.throughput(sweep_records, title="t", dtype="bfloat16")
 
 
-def test_roofline_bars_writes_png_and_percentages(tmp_path, sweep_records):
-    path = tmp_path / "bars.png"
-    fig = plot.roofline_bars(sweep_records, numel=2**22, title="SELU at 4M", save_as=path)
-    assert isinstance(fig, Figure)
-    assert path.read_bytes().startswith(PNG_MAGIC)
-    data = json.loads(path.with_suffix(".json").read_text())
-    assert data["numel"] == 2**22 and data["copy_gbps"] == pytest.approx(3000.0)
-    assert {b["variant"]: b["pct_of_copy"] for b in data["bars"]} == pytest.approx({"vec4": 80.0, "naive": 50.0})
-    ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["naive", "vec4"]  # fastest on top
-    assert any(list(line.get_xdata()) == [100, 100] for line in ax.get_lines())  # the 100% line
-    assert data["datasheet_gbps"] is None  # "Test GPU 80GB" has no datasheet entry: no line
-    with pytest.raises(ValueError):
-        plot.roofline_bars(sweep_records, numel=2**30, title="no such size")
-
-
 def test_the_datasheet_peak_is_drawn_where_the_gpu_has_one(tmp_path, sweep_records):
     h100 = [{**r, "device": "NVIDIA H100 80GB HBM3"} for r in sweep_records]
-    fig = plot.roofline_bars(h100, numel=2**22, title="t", save_as=tmp_path / "bars")
-    peak_pct = 100 * 3350.0 / 3000.0  # the datasheet's 3,350 GB/s against the copy's 3,000 here
-    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("datasheet peak")]
-    assert list(line.get_xdata()) == pytest.approx([peak_pct, peak_pct])
-    assert json.loads((tmp_path / "bars.json").read_text())["datasheet_gbps"] == 3350.0
+    assert plot.throughput(sweep_records, title="t", save_as=tmp_path / "none").axes[0].get_legend() is not None
+    assert json.loads((tmp_path / "none.json").read_text())["datasheet_gbps"] is None  # no datasheet entry: no line
     fig = plot.throughput(h100, title="t", save_as=tmp_path / "sweep")
     (line,) = [line for line in fig.axes[0].get_lines() if line.get_label() == "datasheet peak (3350 GB/s)"]
     assert list(line.get_ydata()) == [3350.0, 3350.0]
@@ -250,10 +230,9 @@ def test_a_marked_size_is_drawn_and_saved_with_the_figure(tmp_path, sweep_record
     assert json.loads((tmp_path / "sweep.json").read_text())["marks"] == {"levels off": 2**20}
 
 
-def test_a_variant_keeps_its_colour_and_bars_tell_tenths_apart(sweep_records):
+def test_a_variant_keeps_its_colour_and_the_throughput_axis_is_logarithmic(sweep_records):
     """The same variant is drawn in the same colour in every figure, whichever lines are
-    beside it; a bar label keeps one decimal (100.4% and 99.8% must not both read 100%);
-    the throughput axis is logarithmic, so small sizes are not flattened at the bottom."""
+    beside it; the throughput axis is logarithmic, so small sizes are not flattened at the bottom."""
     both = plot.throughput(sweep_records, title="t")
     alone = plot.throughput(sweep_records, title="t", variants=["copy", "naive"])
     colour = {fig: {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()} for fig in (both, alone)}
@@ -261,9 +240,6 @@ def test_a_variant_keeps_its_colour_and_bars_tell_tenths_apart(sweep_records):
     assert colour[both]["vec4"] != colour[both]["naive"]
     assert plot.variant_color("torch_eager") != plot.variant_color("torch_compile")
     assert both.axes[0].get_yscale() == "log"
-    near = [record("copy", 2**22, 1.0), record("vec4", 2**22, 1.0 / 1.004), record("naive", 2**22, 1.0 / 0.998)]
-    bars = plot.roofline_bars(near, numel=2**22, title="t")
-    assert sorted(t.get_text() for t in bars.axes[0].texts) == ["100.4%", "99.8%"]
 
 
 def test_save_keeps_each_stored_records_copy_and_drops_copies_nobody_needs(tmp_path):
@@ -328,3 +304,31 @@ def test_a_bar_inside_a_markdown_table_cell_is_escaped_not_a_new_column():
     row = text.splitlines()[2]
     assert row == "| max \\|Δ\\| = 1e-07 × max \\|value\\| | PASS |"
     assert len(row.replace("\\|", "").split("|")) == 4  # two cells: the row's bars are the separators only
+
+
+# --------------------------------------------------------------------------- a notebook's own timings
+
+
+def test_a_notebooks_own_timings_read_back_as_it_saved_them(monkeypatch, tmp_path):
+    """save_times keeps do_bench's (median, q20, q80) per name with the copy of the same run; without a GPU,
+    committed_times hands the same dict back from the committed records, at the size they were timed at."""
+    x = torch.zeros(1000)
+    saved = results.save_times({"copy": (1.0, 0.9, 1.1), "k": (2.0, 1.8, 2.5)}, x, experiment="nb")
+    assert {r["run"] for r in saved} == {saved[0]["run"]}
+    assert results.pct_of_copy(saved[1], saved) == pytest.approx(50.0)
+    later = results.save_times({"copy": (1.2, 1.1, 1.3), "k": (2.4, 2.2, 2.6), "j": (1.2, 1.1, 1.3)}, x,
+                               experiment="nb")
+    other = results.save_times({"copy": (1.0, 1.0, 1.0), "k": (9.0, 9.0, 9.0)}, x, experiment="elsewhere")
+    committed = results.load(env.device_slug(x.device), tmp_path)
+    monkeypatch.setattr(results, "load_reference", lambda slug: committed)
+    times, source = results.committed_times(["k", "j"], numel=1000, dtype=torch.float32, experiment="nb")
+    assert times == {"copy": (1.2, 1.1, 1.3), "k": (2.4, 2.2, 2.6), "j": (1.2, 1.1, 1.3)}  # `later`: k and j
+    assert "1,000 elements" in source and saved[0]["device"] in source
+    assert results.committed_times(["k"], numel=None, dtype="float32", experiment="elsewhere")[0]["k"][0] == 9.0
+    assert results.committed_times(["k"], numel=999, dtype=torch.float32, experiment="nb")[0] == {}
+    assert later[0]["run"] != other[0]["run"]
+
+
+def test_save_times_needs_the_copy():
+    with pytest.raises(ValueError, match="yardstick"):
+        results.save_times({"k": (2.0, 1.8, 2.5)}, torch.zeros(4))
